@@ -1,0 +1,168 @@
+"""Atomic, copy-on-write application of a parsed patch.
+
+The input document is never mutated: each operation copies only the containers on its path (the
+first time they are touched), so a failed patch leaves the input exactly as it was and a successful
+one shares every untouched subtree with it. Values from the patch are deep-copied on insertion so
+the patched object never aliases the patch. The dynamic half of the action mask lives here, since
+whether a path exists depends on the operations before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .codes import Code
+from .jsonvalue import deep_copy, json_equal
+from .patch import PatchOp
+from .pointer import Tokens, array_index, resolve
+
+_ABSENT = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """The patched document, or the first operation that could not apply and why.
+
+    ``touched`` lists the subtrees the operations rewrote (an array insert/remove touches the
+    whole array, since it renumbers its elements); collateral edits are changes outside them.
+    """
+
+    ok: bool
+    document: Any = None
+    code: Code | None = None
+    message: str = ""
+    op_index: int | None = None
+    pointer: str = ""
+    touched: tuple[Tokens, ...] = ()
+
+
+class _Failure(Exception):
+    def __init__(self, code: Code, message: str, pointer: str) -> None:
+        super().__init__(message)
+        self.code, self.message, self.pointer = code, message, pointer
+
+
+class _CowDocument:
+    def __init__(self, document: Any) -> None:
+        self.root = document
+        self._owned: set[int] = set()
+        self._keep: list[Any] = []  # owned containers stay alive so their ids are never reused
+        self.touched: list[Tokens] = []
+
+    def _own(self, node: Any) -> Any:
+        if id(node) in self._owned:
+            return node
+        copy = dict(node) if type(node) is dict else list(node)
+        self._owned.add(id(copy))
+        self._keep.append(copy)
+        return copy
+
+    def container(self, tokens: Tokens, ptr: str) -> Any:
+        """The writable container at ``tokens``, copying the path down to it."""
+        if not isinstance(self.root, (dict, list)):
+            raise _Failure(Code.PATH_UNAVAILABLE, "the document is not a container", ptr)
+        self.root = node = self._own(self.root)
+        for token in tokens:
+            if type(node) is dict:
+                child = node.get(token, _ABSENT)
+                key: Any = token
+            else:
+                key = array_index(token, len(node), allow_end=False)
+                child = node[key] if key is not None else _ABSENT
+            if child is _ABSENT or not isinstance(child, (dict, list)):
+                raise _Failure(Code.PATH_UNAVAILABLE, f"no container at {ptr!r}", ptr)
+            child = self._own(child)
+            node[key] = child
+            node = child
+        return node
+
+    def add(self, tokens: Tokens, value: Any, ptr: str) -> None:
+        parent = self.container(tokens[:-1], ptr)
+        last = tokens[-1]
+        if type(parent) is dict:
+            parent[last] = value
+            self.touched.append(tokens)
+            return
+        index = array_index(last, len(parent), allow_end=True)
+        if index is None:
+            raise _Failure(Code.PATH_UNAVAILABLE, f"array index {last!r} is out of range at {ptr!r}", ptr)
+        parent.insert(index, value)
+        self.touched.append(tokens[:-1] if index < len(parent) - 1 else (*tokens[:-1], str(index)))
+
+    def remove(self, tokens: Tokens, ptr: str) -> Any:
+        parent = self.container(tokens[:-1], ptr)
+        last = tokens[-1]
+        if type(parent) is dict:
+            if last not in parent:
+                raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
+            self.touched.append(tokens)
+            return parent.pop(last)
+        index = array_index(last, len(parent), allow_end=False)
+        if index is None:
+            raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
+        self.touched.append(tokens[:-1] if index < len(parent) - 1 else tokens)
+        return parent.pop(index)
+
+    def replace(self, tokens: Tokens, value: Any, ptr: str) -> None:
+        parent = self.container(tokens[:-1], ptr)
+        last = tokens[-1]
+        if type(parent) is dict:
+            if last not in parent:
+                raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to replace at {ptr!r}", ptr)
+            parent[last] = value
+        else:
+            index = array_index(last, len(parent), allow_end=False)
+            if index is None:
+                raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to replace at {ptr!r}", ptr)
+            parent[index] = value
+        self.touched.append(tokens)
+
+    def read(self, tokens: Tokens) -> Any:
+        return resolve(self.root, tokens, _ABSENT)
+
+
+def apply_patch(document: Any, ops: tuple[PatchOp, ...]) -> ApplyResult:
+    """Apply all of ``ops`` to a copy of ``document``, or none of them."""
+    doc = _CowDocument(document)
+    for index, op in enumerate(ops):
+        try:
+            _apply_one(doc, op)
+        except _Failure as fail:
+            return ApplyResult(
+                False,
+                code=fail.code,
+                message=f"operation {index} ({op.op}): {fail.message}",
+                op_index=index,
+                pointer=fail.pointer,
+            )
+    return ApplyResult(True, document=doc.root, touched=tuple(doc.touched))
+
+
+def _apply_one(doc: _CowDocument, op: PatchOp) -> None:
+    tokens = op.path_tokens
+    if op.op == "test":
+        current = doc.read(tokens)
+        if current is _ABSENT:
+            raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to test at {op.path!r}", op.path)
+        if not json_equal(current, op.value):
+            raise _Failure(Code.TEST_FAILED, f"value at {op.path!r} differs from the tested value", op.path)
+        return
+    if not tokens:  # root writes are masked before apply; refuse again rather than trust the caller
+        raise _Failure(Code.ROOT_WRITE_FORBIDDEN, "writes the whole document", op.path)
+    if op.op == "add":
+        doc.add(tokens, deep_copy(op.value), op.path)
+    elif op.op == "replace":
+        doc.replace(tokens, deep_copy(op.value), op.path)
+    elif op.op == "remove":
+        doc.remove(tokens, op.path)
+    else:  # move / copy
+        assert op.from_tokens is not None and op.from_ is not None
+        source = doc.read(op.from_tokens)
+        if source is _ABSENT:
+            raise _Failure(Code.MOVE_SOURCE_INVALID, f"'from' {op.from_!r} does not exist", op.from_)
+        if op.op == "copy":
+            doc.add(tokens, deep_copy(source), op.path)
+        elif op.from_tokens != tokens:
+            doc.remove(op.from_tokens, op.from_)
+            doc.add(tokens, source, op.path)

@@ -1,0 +1,331 @@
+"""Normalise the schema dialects tool calls come with into one: JSON Schema Draft 2020-12.
+
+Function-calling data arrives as BFCL's pseudo-schemas (``dict``, ``float``, ``tuple``, ``any``,
+``optional``) or as draft-04/06/07 documents (``definitions``, ``dependencies``, array-form
+``items``, boolean ``exclusiveMinimum``). Validating those as-is silently ignores what the
+validator does not understand, which is the opposite of fail-closed. So every keyword must be
+known: an unknown keyword, an unknown ``format``, a remote or dangling ``$ref`` or a ``$ref`` loop
+is a :class:`SchemaCompileError` unless ``lenient`` is set, in which case it is dropped and the
+drop is recorded in ``notes``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SchemaCompileError
+from .jsonvalue import canonical_json, json_type_name, sha256_json
+from .pointer import PointerSyntaxError, escape_token, parse_pointer, resolve
+
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+
+KNOWN_FORMATS = frozenset(
+    {
+        "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+        "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+        "json-pointer", "relative-json-pointer", "regex",
+    }
+)  # fmt: skip
+
+_SCHEMA_VALUED = frozenset(
+    {"additionalProperties", "additionalItems", "contains", "propertyNames", "not", "if", "then", "else",
+     "unevaluatedProperties", "unevaluatedItems", "items", "contentSchema"}
+)  # fmt: skip
+# Boolean subschemas whose keyword reports the offending names itself (kept as booleans).
+_BOOLEAN_OK = frozenset({"additionalProperties", "unevaluatedProperties", "items", "unevaluatedItems"})
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+_SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_VALUE_KEYWORDS = frozenset(
+    {"type", "enum", "const", "required", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+     "multipleOf", "minLength", "maxLength", "pattern", "format", "minItems", "maxItems", "uniqueItems",
+     "minContains", "maxContains", "minProperties", "maxProperties", "dependentRequired", "dependencies",
+     "$ref", "$id", "$schema", "$comment", "$anchor", "title", "description", "default", "examples",
+     "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType"}
+)  # fmt: skip
+# Applicators that re-check the same instance: a $ref cycle through only these never terminates.
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
+_UNSUPPORTED = frozenset({"$recursiveRef", "$recursiveAnchor", "$dynamicRef", "$dynamicAnchor", "$vocabulary"})
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None}
+_JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_DRAFT_URIS = {
+    "draft-04": "draft-04",
+    "draft-06": "draft-06",
+    "draft-07": "draft-07",
+    "2019-09": "2019-09",
+    "2020-12": "2020-12",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaLimits:
+    """Bounds on a schema, checked before anything is compiled."""
+
+    max_bytes: int = 2_000_000
+    max_depth: int = 64
+    max_nodes: int = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizedSchema:
+    """A Draft 2020-12 schema with the dialect it came from and every change made to it."""
+
+    schema: dict[str, Any] | bool
+    source_dialect: str
+    sha256: str
+    notes: tuple[str, ...]
+
+
+def detect_dialect(schema: Any) -> str:
+    """``bfcl``, ``draft-04`` ... ``2020-12``; schemas without ``$schema`` are read as draft-07."""
+    if not isinstance(schema, dict):
+        return "2020-12"
+    uri = schema.get("$schema")
+    if isinstance(uri, str):
+        for marker, dialect in _DRAFT_URIS.items():
+            if marker in uri:
+                return dialect
+        raise SchemaCompileError(f"unknown $schema dialect {uri!r}", "/$schema")
+    if _uses_bfcl_types(schema, 0):
+        return "bfcl"
+    return "draft-07"
+
+
+def _uses_bfcl_types(node: Any, depth: int) -> bool:
+    if depth > 64 or not isinstance(node, dict):
+        return False
+    types = node.get("type")
+    names = types if isinstance(types, list) else [types]
+    if any(isinstance(t, str) and t in _BFCL_TYPES for t in names) or "optional" in node:
+        return True
+    props = node.get("properties")
+    children = list(props.values()) if isinstance(props, dict) else []
+    if isinstance(node.get("items"), dict):
+        children.append(node["items"])
+    return any(_uses_bfcl_types(child, depth + 1) for child in children)
+
+
+def normalize_schema(
+    schema: Any, *, dialect: str | None = None, lenient: bool = False, limits: SchemaLimits = SchemaLimits()
+) -> NormalizedSchema:
+    """Rewrite ``schema`` into Draft 2020-12, failing closed on anything not understood."""
+    if not isinstance(schema, (dict, bool)):
+        raise SchemaCompileError(f"a schema must be an object or a boolean, got {json_type_name(schema)}")
+    try:
+        size = len(canonical_json(schema).encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SchemaCompileError(f"schema is not a finite JSON document: {exc}") from exc
+    if size > limits.max_bytes:
+        raise SchemaCompileError(f"schema is {size} bytes, over the limit of {limits.max_bytes}")
+    source = dialect or detect_dialect(schema)
+    normalizer = _Normalizer(source, lenient, limits)
+    out = normalizer.node(schema, "", 0)
+    if isinstance(out, dict):
+        out = {"$schema": DRAFT_2020_12, **{k: v for k, v in out.items() if k != "$schema"}}
+        _check_refs(out)
+    return NormalizedSchema(out, source, sha256_json(out), tuple(normalizer.notes))
+
+
+class _Normalizer:
+    def __init__(self, dialect: str, lenient: bool, limits: SchemaLimits) -> None:
+        self.dialect = dialect
+        self.lenient = lenient
+        self.limits = limits
+        self.notes: list[str] = []
+        self.nodes = 0
+
+    def fail(self, message: str, pointer: str) -> None:
+        """Raise in strict mode; in lenient mode record why a part of the schema was dropped."""
+        if not self.lenient:
+            raise SchemaCompileError(message, pointer)
+        self.notes.append(f"{pointer or '/'}: {message} (dropped, lenient)")
+
+    def node(self, schema: Any, ptr: str, depth: int) -> Any:
+        self.nodes += 1
+        if self.nodes > self.limits.max_nodes:
+            raise SchemaCompileError(f"schema has more than {self.limits.max_nodes} subschemas", ptr)
+        if depth > self.limits.max_depth:
+            raise SchemaCompileError(f"schema nests deeper than {self.limits.max_depth}", ptr)
+        if isinstance(schema, bool):
+            # python-jsonschema drops the instance path of errors from a nested ``false`` schema;
+            # the equivalent ``{"not": {}}`` is located correctly by both backends.
+            return schema if schema or depth == 0 else {"not": {}}
+        if not isinstance(schema, dict):
+            raise SchemaCompileError(f"subschema must be an object or a boolean, got {json_type_name(schema)}", ptr)
+        out: dict[str, Any] = {}
+        for key, value in schema.items():
+            here = f"{ptr}/{escape_token(key)}"
+            self.keyword(key, value, here, depth, out, schema)
+        if self.dialect == "bfcl":
+            self._bfcl_cleanup(out, ptr)
+        return out
+
+    def keyword(self, key: str, value: Any, here: str, depth: int, out: dict[str, Any], parent: dict[str, Any]) -> None:
+        if key in _UNSUPPORTED:
+            self.fail(f"keyword {key!r} is not supported", here)
+        elif key == "items" and isinstance(value, list):
+            out["prefixItems"] = [self.node(v, f"{here}/{i}", depth + 1) for i, v in enumerate(value)]
+            if "additionalItems" in parent:
+                out["items"] = self.node(parent["additionalItems"], here.rsplit("/", 1)[0] + "/additionalItems", depth + 1)
+        elif key == "additionalItems":
+            if not isinstance(parent.get("items"), list):
+                self.notes.append(f"{here}: additionalItems without array-form items has no effect (removed)")
+        elif key in _SCHEMA_VALUED:
+            keep_bool = isinstance(value, bool) and key in _BOOLEAN_OK
+            out[key] = value if keep_bool else self.node(value, here, depth + 1)
+        elif key == "pattern":
+            out[key] = self._pattern(value, here)
+        elif key in _SCHEMA_MAPS:
+            if not isinstance(value, dict):
+                raise SchemaCompileError(f"{key!r} must be an object", here)
+            if key == "patternProperties":
+                for pattern in value:
+                    self._pattern(pattern, here)
+            target = "$defs" if key == "definitions" else key
+            mapped = {k: self.node(v, f"{here}/{escape_token(k)}", depth + 1) for k, v in value.items()}
+            out.setdefault(target, {}).update(mapped)
+        elif key in _SCHEMA_LISTS:
+            if not isinstance(value, list) or not value:
+                raise SchemaCompileError(f"{key!r} must be a non-empty array", here)
+            out[key] = [self.node(v, f"{here}/{i}", depth + 1) for i, v in enumerate(value)]
+        elif key == "dependencies":
+            self._dependencies(value, here, depth, out)
+        elif key == "type":
+            self._type(value, here, out)
+        elif key == "format":
+            if value in KNOWN_FORMATS:
+                out[key] = value
+            else:
+                self.fail(f"unknown format {value!r}", here)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
+            bound = "minimum" if key == "exclusiveMinimum" else "maximum"
+            if value and bound in parent:
+                out[key] = parent[bound]
+            self.notes.append(f"{here}: draft-04 boolean {key} rewritten")
+        elif key in ("minimum", "maximum") and parent.get("exclusive" + key.capitalize()) is True:
+            return  # folded into the exclusive bound above
+        elif key == "$ref":
+            out[key] = self._ref(value, here)
+        elif key == "$schema":
+            out[key] = value
+        elif key == "id" and self.dialect == "draft-04" and isinstance(value, str):
+            out["$id"] = value
+        elif key == "optional" and self.dialect == "bfcl":
+            self.notes.append(f"{here}: BFCL 'optional' flag removed (required list is authoritative)")
+        elif key in _VALUE_KEYWORDS:
+            out[key] = value
+        else:
+            self.fail(f"unknown keyword {key!r}", here)
+
+    def _type(self, value: Any, here: str, out: dict[str, Any]) -> None:
+        names = value if isinstance(value, list) else [value]
+        mapped: list[str] = []
+        for name in names:
+            if not isinstance(name, str):
+                raise SchemaCompileError(f"type must be a string or array of strings, got {name!r}", here)
+            if self.dialect == "bfcl" and name in _BFCL_TYPES:
+                target = _BFCL_TYPES[name]
+                if target is None:  # 'any': no constraint at all
+                    return
+                name = target
+            if name not in _JSON_TYPES:
+                raise SchemaCompileError(f"unknown type {name!r}", here)
+            if name not in mapped:
+                mapped.append(name)
+        out["type"] = mapped[0] if not isinstance(value, list) else mapped
+
+    def _dependencies(self, value: Any, here: str, depth: int, out: dict[str, Any]) -> None:
+        if not isinstance(value, dict):
+            raise SchemaCompileError("'dependencies' must be an object", here)
+        for prop, dep in value.items():
+            where = f"{here}/{escape_token(prop)}"
+            if isinstance(dep, list):
+                if not all(isinstance(d, str) for d in dep):
+                    raise SchemaCompileError("property dependencies must list property names", where)
+                out.setdefault("dependentRequired", {})[prop] = dep
+            else:
+                out.setdefault("dependentSchemas", {})[prop] = self.node(dep, where, depth + 1)
+
+    def _pattern(self, value: Any, here: str) -> str:
+        if not isinstance(value, str):
+            raise SchemaCompileError(f"pattern must be a string, got {value!r}", here)
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise SchemaCompileError(f"pattern {value!r} is not a valid regular expression: {exc}", here) from exc
+        return value
+
+    def _ref(self, value: Any, here: str) -> str:
+        if not isinstance(value, str) or not value.startswith("#"):
+            raise SchemaCompileError(f"only local '#...' references are allowed, got {value!r}", here)
+        if value.startswith("#/definitions/") or value == "#/definitions":
+            return "#/$defs" + value[len("#/definitions") :]
+        return value
+
+    def _bfcl_cleanup(self, out: dict[str, Any], ptr: str) -> None:
+        """Drop BFCL defaults whose type contradicts the declared type: they would mislead repairs."""
+        if "default" not in out or "type" not in out:
+            return
+        declared = out["type"] if isinstance(out["type"], list) else [out["type"]]
+        actual = json_type_name(out["default"])
+        ok = actual in declared or (actual == "integer" and "number" in declared)
+        if not ok:
+            self.notes.append(f"{ptr}/default: BFCL default {out['default']!r} is not of type {declared} (removed)")
+            del out["default"]
+
+
+def _check_refs(root: dict[str, Any]) -> None:
+    """Every local $ref must resolve, and no $ref cycle may re-check an instance without progress."""
+    refs: dict[str, str] = {}
+    _collect_refs(root, "", refs)
+    for where, ref in refs.items():
+        try:
+            target = resolve(root, parse_pointer(ref[1:]), None) if ref != "#" else root
+        except PointerSyntaxError as exc:
+            raise SchemaCompileError(f"$ref {ref!r} is not a valid pointer: {exc}", where) from exc
+        if target is None:
+            raise SchemaCompileError(f"$ref {ref!r} resolves to nothing", where)
+    explored: set[str] = set()
+    for start in refs:
+        _find_cycle(root, start.rsplit("/$ref", 1)[0], refs, (), explored)
+
+
+def _collect_refs(node: Any, ptr: str, refs: dict[str, str]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{ptr}/{escape_token(key)}"
+            if key == "$ref" and isinstance(value, str):
+                refs[here] = value
+            elif key not in ("enum", "const", "default", "examples"):
+                _collect_refs(value, here, refs)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _collect_refs(value, f"{ptr}/{i}", refs)
+
+
+def _find_cycle(root: dict[str, Any], schema_ptr: str, refs: dict[str, str], path: tuple[str, ...], explored: set[str]) -> None:
+    """Depth-first search over in-place applicators; ``explored`` keeps it linear in the schema size."""
+    if schema_ptr in path:
+        loop = " -> ".join("#" + p for p in (*path, schema_ptr))
+        raise SchemaCompileError(f"$ref cycle re-validates the same instance without progress: {loop}", schema_ptr)
+    if schema_ptr in explored:
+        return
+    node = resolve(root, parse_pointer(schema_ptr), None)
+    if not isinstance(node, dict):
+        return
+    path = (*path, schema_ptr)
+    ref = refs.get(f"{schema_ptr}/$ref")
+    if ref is not None:
+        _find_cycle(root, "" if ref == "#" else ref[1:], refs, path, explored)
+    for key in _IN_PLACE:
+        child = node.get(key)
+        if isinstance(child, list):
+            for i in range(len(child)):
+                _find_cycle(root, f"{schema_ptr}/{key}/{i}", refs, path, explored)
+        elif isinstance(child, dict) and key == "dependentSchemas":
+            for name in child:
+                _find_cycle(root, f"{schema_ptr}/{key}/{escape_token(name)}", refs, path, explored)
+        elif isinstance(child, dict):
+            _find_cycle(root, f"{schema_ptr}/{key}", refs, path, explored)
+    explored.add(schema_ptr)

@@ -1,0 +1,71 @@
+"""The static half of the action mask: rules that need the patch and the contract, not the object.
+
+Immutable paths protect identity fields (ids, owners, accounts). Protection is fail-closed in
+three directions: writing at or under an immutable path, writing an ancestor of one (which would
+replace it wholesale), and inserting into or removing from an array that holds one (which would
+shift it to another index). Moving away from an immutable path is forbidden too; copying from one
+only reads it and is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .codes import Code
+from .patch import PatchOp
+from .pointer import Tokens, is_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class MaskViolation:
+    code: Code
+    message: str
+    op_index: int
+    pointer: str
+
+
+def _touches_immutable(target: Tokens, immutable: tuple[Tokens, ...]) -> Tokens | None:
+    for frozen in immutable:
+        if is_prefix(frozen, target) or is_prefix(target, frozen):
+            return frozen
+    return None
+
+
+def _shifts_immutable(target: Tokens, immutable: tuple[Tokens, ...]) -> Tokens | None:
+    """An insert/remove at an array index moves every later element; is one of them immutable?
+
+    Only index tokens can shift siblings (an object key cannot, and ``-`` appends after all), so a
+    digit-named object key is over-protected here, which is the fail-closed side.
+    """
+    if not target or not target[-1].isdigit():
+        return None
+    parent, index = target[:-1], int(target[-1])
+    depth = len(parent)
+    for frozen in immutable:
+        if len(frozen) > depth and frozen[:depth] == parent and frozen[depth].isdigit() and int(frozen[depth]) >= index:
+            return frozen
+    return None
+
+
+def static_violation(op: PatchOp, index: int, immutable: tuple[Tokens, ...]) -> MaskViolation | None:
+    """The first mask rule ``op`` breaks without looking at the object, or None."""
+    writes_path = op.op != "test"
+    if writes_path and not op.path_tokens:
+        return MaskViolation(Code.ROOT_WRITE_FORBIDDEN, f"operation {index} ({op.op}) writes the whole document", index, op.path)
+    if op.op == "move" and op.from_tokens is not None:
+        if not op.from_tokens or (op.from_tokens != op.path_tokens and is_prefix(op.from_tokens, op.path_tokens)):
+            return MaskViolation(
+                Code.MOVE_SOURCE_INVALID, f"operation {index} moves {op.from_!r} into its own child {op.path!r}", index, op.path
+            )
+        frozen = _touches_immutable(op.from_tokens, immutable) or _shifts_immutable(op.from_tokens, immutable)
+        if frozen is not None:
+            return MaskViolation(Code.PATH_IMMUTABLE, f"operation {index} moves away an immutable value", index, op.from_ or "")
+    if writes_path:
+        frozen = _touches_immutable(op.path_tokens, immutable)
+        if frozen is None and op.op in ("add", "remove", "move", "copy"):
+            frozen = _shifts_immutable(op.path_tokens, immutable)
+        if frozen is not None:
+            return MaskViolation(
+                Code.PATH_IMMUTABLE, f"operation {index} ({op.op}) would change an immutable path", index, op.path
+            )
+    return None

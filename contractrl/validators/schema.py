@@ -1,0 +1,316 @@
+"""Compiled schemas with two interchangeable backends and backend-independent reports.
+
+``rs`` (jsonschema-rs, Rust) is the fast default used in rollouts; ``python`` (python-jsonschema) is
+the reference implementation used to cross-check it. Both are reduced to the same raw error form and
+rendered by one function, so a report, and hence a ledger, does not depend on the backend: only the
+verdicts could, and the conformance tests pin where they differ.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import jsonschema
+import jsonschema_rs
+
+from ..errors import SchemaCompileError
+from .codes import Code
+from .dialects import NormalizedSchema, SchemaLimits, normalize_schema
+from .jsonvalue import canonical_json, json_type_name
+from .pointer import format_pointer, resolve
+from .report import VerifierError, truncate_actual
+
+BackendName = Literal["rs", "python"]
+BACKENDS: tuple[BackendName, ...] = ("rs", "python")
+
+
+@dataclass(frozen=True, slots=True)
+class RawError:
+    """One backend error reduced to what both backends can tell: keyword, place, names."""
+
+    keyword: str
+    tokens: tuple[str | int, ...]
+    value: Any
+    names: tuple[str, ...] = ()
+
+
+class Backend(Protocol):
+    name: BackendName
+
+    def is_valid(self, instance: Any) -> bool: ...
+
+    def raw_errors(self, instance: Any) -> Iterator[RawError]: ...
+
+
+def _schema_at(schema: Any, path: list[str | int]) -> Any:
+    """Walk a backend's schema path (following ``$ref``) to the subschema it names."""
+    node = schema
+    root = schema
+    for token in path:
+        if token == "$ref" and isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            ref = node["$ref"]
+            node = root if ref == "#" else resolve(root, tuple(_unescape_all(ref[2:].split("/"))), None)
+            continue
+        if isinstance(node, dict):
+            node = node.get(str(token))
+        elif isinstance(node, list) and isinstance(token, int) and token < len(node):
+            node = node[token]
+        else:
+            return None
+    return node
+
+
+def _unescape_all(tokens: list[str]) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in tokens]
+
+
+class RsBackend:
+    """jsonschema-rs: compiled once in Rust; formats checked; unknown formats refused."""
+
+    name: BackendName = "rs"
+
+    def __init__(self, schema: dict[str, Any] | bool) -> None:
+        self._schema = schema
+        try:
+            self._validator = jsonschema_rs.validator_for(schema, validate_formats=True, ignore_unknown_formats=False)
+        except (jsonschema_rs.ValidationError, ValueError, jsonschema_rs.ReferencingError) as exc:
+            raise SchemaCompileError(f"jsonschema-rs cannot compile the schema: {exc}") from exc
+        self.is_valid = self._validator.is_valid
+
+    def raw_errors(self, instance: Any) -> Iterator[RawError]:
+        for error in self._validator.iter_errors(instance):
+            kind = error.kind
+            path = list(error.schema_path)
+            keyword = str(path[-1]) if path else kind.name
+            if kind.name == "falseSchema":
+                keyword = "false"
+            details = kind.as_dict()
+            names: tuple[str, ...] = ()
+            if "property" in details:
+                names = (str(details["property"]),)
+            elif "unexpected" in details and keyword.endswith("Properties"):
+                names = tuple(str(n) for n in details["unexpected"])
+            parent = _schema_at(self._schema, path[:-1]) if path else None
+            value = parent.get(keyword) if isinstance(parent, dict) else None
+            yield RawError(keyword, tuple(error.instance_path), value, names)
+
+
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+
+class PythonBackend:
+    """python-jsonschema Draft202012Validator with its format checker: the reference."""
+
+    name: BackendName = "python"
+
+    def __init__(self, schema: dict[str, Any] | bool) -> None:
+        cls = jsonschema.Draft202012Validator
+        try:
+            cls.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise SchemaCompileError(f"schema is not valid Draft 2020-12: {exc.message}") from exc
+        self._validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    def is_valid(self, instance: Any) -> bool:
+        return self._validator.is_valid(instance)
+
+    def raw_errors(self, instance: Any) -> Iterator[RawError]:
+        for error in self._validator.iter_errors(instance):
+            keyword = error.validator if error.validator is not None else "false"
+            names: tuple[str, ...] = ()
+            inst = error.instance
+            if keyword == "required" and isinstance(inst, dict):
+                names = tuple(r for r in error.validator_value if r not in inst)
+            elif keyword == "dependentRequired" and isinstance(inst, dict):
+                names = tuple(d for p, deps in error.validator_value.items() if p in inst for d in deps if d not in inst)
+            elif keyword == "additionalProperties" and isinstance(inst, dict):
+                names = tuple(_extra_properties(inst, error.schema))
+            elif keyword == "unevaluatedProperties":
+                names = tuple(_QUOTED.findall(error.message))
+            yield RawError(str(keyword), tuple(error.absolute_path), error.validator_value, names)
+
+
+def _extra_properties(instance: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    props = schema.get("properties", {})
+    patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
+    return [k for k in instance if k not in props and not any(p.search(k) for p in patterns)]
+
+
+_KEYWORD_CODES: dict[str, Code] = {
+    "required": Code.MISSING_REQUIRED,
+    "type": Code.WRONG_TYPE,
+    "enum": Code.ENUM_MISMATCH,
+    "const": Code.CONST_MISMATCH,
+    **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"), Code.OUT_OF_RANGE),
+    **dict.fromkeys(("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"), Code.LENGTH_VIOLATION),
+    "pattern": Code.PATTERN_MISMATCH,
+    "format": Code.FORMAT_MISMATCH,
+    **dict.fromkeys(("additionalProperties", "unevaluatedProperties", "propertyNames"), Code.ADDITIONAL_PROPERTY),
+    **dict.fromkeys(
+        ("items", "prefixItems", "contains", "minContains", "maxContains", "uniqueItems", "unevaluatedItems"),
+        Code.ITEMS_VIOLATION,
+    ),
+    **dict.fromkeys(("oneOf", "anyOf", "not"), Code.UNION_MISMATCH),
+    **dict.fromkeys(("dependentRequired", "dependentSchemas", "if", "then", "else"), Code.DEPENDENCY_VIOLATION),
+}
+
+_BOUND_TEXT = {
+    "minimum": ">= {}",
+    "maximum": "<= {}",
+    "exclusiveMinimum": "> {}",
+    "exclusiveMaximum": "< {}",
+    "multipleOf": "multiple of {}",
+    "minLength": "length >= {}",
+    "maxLength": "length <= {}",
+    "minItems": "at least {} items",
+    "maxItems": "at most {} items",
+    "minProperties": "at least {} properties",
+    "maxProperties": "at most {} properties",
+    "minContains": "at least {} matching items",
+    "maxContains": "at most {} matching items",
+}
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    try:
+        text = canonical_json(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _expected(keyword: str, value: Any) -> str:
+    if keyword == "type":
+        return "|".join(value) if isinstance(value, list) else str(value)
+    if keyword == "enum":
+        return "one of " + _short(value)
+    if keyword == "const":
+        return "equal to " + _short(value)
+    if keyword in _BOUND_TEXT:
+        return _BOUND_TEXT[keyword].format(_short(value))
+    if keyword == "pattern":
+        return f"matches /{value}/"
+    if keyword == "format":
+        return f"format {value}"
+    if keyword == "oneOf":
+        return f"exactly one of {len(value) if isinstance(value, list) else '?'} alternatives"
+    if keyword == "anyOf":
+        return f"at least one of {len(value) if isinstance(value, list) else '?'} alternatives"
+    if keyword == "uniqueItems":
+        return "unique items"
+    if keyword == "not":
+        return "must not match the excluded schema"
+    return keyword
+
+
+def to_verifier_errors(instance: Any, raw: RawError) -> list[VerifierError]:
+    """Render one raw backend error as typed errors, one per missing or unexpected property."""
+    code = _KEYWORD_CODES.get(raw.keyword)
+    tokens = tuple(str(t) for t in raw.tokens)
+    if raw.keyword in ("false", "not") and (raw.keyword == "false" or raw.value == {}):
+        container = resolve(instance, tokens[:-1], None) if tokens else None
+        code = Code.ITEMS_VIOLATION if isinstance(container, list) else Code.ADDITIONAL_PROPERTY
+        actual = truncate_actual(resolve(instance, tokens, None))
+        return [VerifierError(code, format_pointer(tokens), "absent", actual, f"{code.value}: value is not allowed here")]
+    if code is None:
+        code = Code.UNION_MISMATCH
+    if raw.names and code in (Code.MISSING_REQUIRED, Code.DEPENDENCY_VIOLATION):
+        return [
+            VerifierError(code, format_pointer((*tokens, n)), "present", "absent", f"{code.value}: {n!r} is required")
+            for n in raw.names
+        ]
+    if raw.names and code is Code.ADDITIONAL_PROPERTY:
+        parent = resolve(instance, tokens, {})
+        out = []
+        for n in raw.names:
+            actual = truncate_actual(parent.get(n) if isinstance(parent, dict) else None)
+            out.append(VerifierError(code, format_pointer((*tokens, n)), "absent", actual, f"{code.value}: {n!r} is not allowed"))
+        return out
+    value_here = resolve(instance, tokens, None)
+    expected = _expected(raw.keyword, raw.value)
+    actual = truncate_actual(value_here)
+    if code is Code.WRONG_TYPE:
+        message = f"wrong_type: expected {expected}, got {json_type_name(value_here)}"
+    else:
+        message = f"{code.value}: expected {expected}, got {actual}"
+    return [VerifierError(code, format_pointer(tokens), expected, actual, message)]
+
+
+class CompiledSchema:
+    """A normalised schema compiled for one backend; compile through :func:`compile_schema`."""
+
+    def __init__(self, normalized: NormalizedSchema, backend: BackendName) -> None:
+        if backend not in BACKENDS:
+            raise SchemaCompileError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.normalized = normalized
+        self.backend_name = backend
+        self._backend: Backend = RsBackend(normalized.schema) if backend == "rs" else PythonBackend(normalized.schema)
+
+    @property
+    def sha256(self) -> str:
+        return self.normalized.sha256
+
+    @property
+    def schema(self) -> dict[str, Any] | bool:
+        return self.normalized.schema
+
+    def is_valid(self, instance: Any) -> bool:
+        return self._backend.is_valid(instance)
+
+    def errors(self, instance: Any) -> list[VerifierError]:
+        """Every schema error of ``instance`` (empty when valid), unsorted."""
+        if self._backend.is_valid(instance):
+            return []
+        out: list[VerifierError] = []
+        for raw in self._backend.raw_errors(instance):
+            out.extend(to_verifier_errors(instance, raw))
+        return out
+
+
+class _SchemaCache:
+    """A bounded LRU of compiled schemas keyed by (source hash, dialect, lenient, backend)."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[tuple[str, str | None, bool, str], CompiledSchema] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_compile(
+        self, schema: Any, backend: BackendName, dialect: str | None, lenient: bool, limits: SchemaLimits
+    ) -> CompiledSchema:
+        try:
+            source_key = canonical_json(schema)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise SchemaCompileError(f"schema is not a finite JSON document: {exc}") from exc
+        key = (source_key, dialect, lenient, backend)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        compiled = CompiledSchema(normalize_schema(schema, dialect=dialect, lenient=lenient, limits=limits), backend)
+        with self._lock:
+            self._items[key] = compiled
+            if len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return compiled
+
+
+_CACHE = _SchemaCache()
+
+
+def compile_schema(
+    schema: Any,
+    backend: BackendName = "rs",
+    *,
+    dialect: str | None = None,
+    lenient: bool = False,
+    limits: SchemaLimits = SchemaLimits(),
+) -> CompiledSchema:
+    """Normalise and compile ``schema`` once; later calls with the same schema hit the cache."""
+    return _CACHE.get_or_compile(schema, backend, dialect, lenient, limits)

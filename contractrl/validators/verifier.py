@@ -1,0 +1,55 @@
+"""The verifier: one object (or one response text) in, one typed report out.
+
+It joins the three checks a tool call must pass, in the contract's order: strict parsing of the
+text, the compiled schema, then the tool's cross-field rules. It is deterministic and pure: the same
+input gives the same report, whichever backend is selected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .contracts import EMPTY_CONTRACT, ContractSet
+from .report import VerifierReport
+from .schema import BackendName, CompiledSchema, compile_schema
+from .strict_json import DEFAULT_LIMITS, ParseLimits, parse_json_text
+
+
+@dataclass(frozen=True, slots=True)
+class Verifier:
+    """A compiled schema and a cross-field contract for one tool version."""
+
+    schema: CompiledSchema
+    contract: ContractSet = EMPTY_CONTRACT
+    limits: ParseLimits = DEFAULT_LIMITS
+
+    @classmethod
+    def build(
+        cls,
+        schema: Any,
+        contract: ContractSet = EMPTY_CONTRACT,
+        *,
+        backend: BackendName = "rs",
+        lenient: bool = False,
+        dialect: str | None = None,
+        limits: ParseLimits = DEFAULT_LIMITS,
+    ) -> Verifier:
+        return cls(compile_schema(schema, backend, dialect=dialect, lenient=lenient), contract, limits)
+
+    def verify(self, instance: Any) -> VerifierReport:
+        """Every schema and cross-field error of ``instance``; ``accepted`` only when there are none."""
+        if self.schema.is_valid(instance):
+            if not self.contract:
+                return VerifierReport.accept()
+            errors = self.contract.check(instance)
+        else:
+            errors = self.schema.errors(instance) + (self.contract.check(instance) if self.contract else [])
+        return VerifierReport.reject(errors) if errors else VerifierReport.accept()
+
+    def verify_text(self, text: str | bytes, finish_reason: str | None = None) -> tuple[VerifierReport, Any]:
+        """Parse model text strictly, then verify it; returns the report and the parsed value (or None)."""
+        parsed = parse_json_text(text, self.limits, finish_reason)
+        if not parsed.is_value:
+            return VerifierReport.single(parsed.code, parsed.message), None
+        return self.verify(parsed.value), parsed.value

@@ -24,8 +24,9 @@ _ABSENT = object()
 class ApplyResult:
     """The patched document, or the first operation that could not apply and why.
 
-    ``touched`` lists the subtrees the operations rewrote (an array insert/remove touches the
-    whole array, since it renumbers its elements); collateral edits are changes outside them.
+    ``touched`` lists the locations the operations named (``-`` resolved to its index); collateral
+    edits are leaf changes outside them, so the renumbering of later array elements by an insert
+    or a removal in the middle of an array counts as collateral.
     """
 
     ok: bool
@@ -88,7 +89,7 @@ class _CowDocument:
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"array index {last!r} is out of range at {ptr!r}", ptr)
         parent.insert(index, value)
-        self.touched.append(tokens[:-1] if index < len(parent) - 1 else (*tokens[:-1], str(index)))
+        self.touched.append((*tokens[:-1], str(index)))
 
     def remove(self, tokens: Tokens, ptr: str) -> Any:
         parent = self.container(tokens[:-1], ptr)
@@ -101,7 +102,7 @@ class _CowDocument:
         index = array_index(last, len(parent), allow_end=False)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
-        self.touched.append(tokens[:-1] if index < len(parent) - 1 else tokens)
+        self.touched.append(tokens)
         return parent.pop(index)
 
     def replace(self, tokens: Tokens, value: Any, ptr: str) -> None:

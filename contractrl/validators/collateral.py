@@ -1,8 +1,14 @@
-"""Collateral edits: leaf changes a patch made outside the paths its operations name.
+"""Collateral edits: leaf changes a patch made outside the places it was meant to change.
 
-A repair should change what the verifier pointed at and nothing else; every other changed leaf is
-collateral (the paper's C(p)). Leaves are compared with type-exact JSON equality, and empty
-objects/arrays count as leaves so that emptying a container is visible.
+Two views, both over changed leaves (type-exact comparison; empty objects/arrays are leaves so
+that emptying a container is visible):
+
+- :func:`collateral_edits` is C(p) of the reward: changes not at or under a location an operation
+  named. Renumbered array elements after a mid-array insert/remove count, since no operation
+  named them.
+- :func:`off_pointer_edits` is the pointer-relative metric (paper C.8): changes not at or under any
+  pointer of the verifier report the patch answered. It exposes wrong-path repairs and coarse
+  edits, such as replacing a whole parent object to fix one field.
 """
 
 from __future__ import annotations
@@ -21,9 +27,19 @@ def changed_leaves(before: Any, after: Any) -> list[str]:
     return sorted(changed)
 
 
+def _outside(changed: list[str], prefixes: list[str]) -> list[str]:
+    return [p for p in changed if not any(p == q or p.startswith(q + "/") for q in prefixes)]
+
+
 def collateral_edits(before: Any, after: Any, touched: tuple[Tokens, ...]) -> list[str]:
-    """Changed leaves not at or under any subtree the patch operations touched."""
+    """Changed leaves not at or under any location the patch operations named."""
     if before is after:
         return []
-    prefixes = [format_pointer(t) for t in touched]
-    return [p for p in changed_leaves(before, after) if not any(p == q or p.startswith(q + "/") for q in prefixes)]
+    return _outside(changed_leaves(before, after), [format_pointer(t) for t in touched])
+
+
+def off_pointer_edits(before: Any, after: Any, pointers: tuple[str, ...]) -> list[str]:
+    """Changed leaves not at or under any pointer of the report the patch answered."""
+    if before is after:
+        return []
+    return _outside(changed_leaves(before, after), list(pointers))

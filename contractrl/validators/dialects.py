@@ -167,7 +167,9 @@ class _Normalizer:
         elif key == "items" and isinstance(value, list):
             out["prefixItems"] = [self.node(v, f"{here}/{i}", depth + 1) for i, v in enumerate(value)]
             if "additionalItems" in parent:
-                out["items"] = self.node(parent["additionalItems"], here.rsplit("/", 1)[0] + "/additionalItems", depth + 1)
+                extra = parent["additionalItems"]
+                where = here.rsplit("/", 1)[0] + "/additionalItems"
+                out["items"] = extra if isinstance(extra, bool) else self.node(extra, where, depth + 1)
         elif key == "additionalItems":
             if not isinstance(parent.get("items"), list):
                 self.notes.append(f"{here}: additionalItems without array-form items has no effect (removed)")

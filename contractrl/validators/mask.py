@@ -31,18 +31,23 @@ def _touches_immutable(target: Tokens, immutable: tuple[Tokens, ...]) -> Tokens 
     return None
 
 
+def _is_index(token: str) -> bool:
+    """An RFC 6901 array index: ``0`` or ASCII digits without a leading zero."""
+    return token.isascii() and token.isdigit() and (token == "0" or token[0] != "0")
+
+
 def _shifts_immutable(target: Tokens, immutable: tuple[Tokens, ...]) -> Tokens | None:
     """An insert/remove at an array index moves every later element; is one of them immutable?
 
     Only index tokens can shift siblings (an object key cannot, and ``-`` appends after all), so a
     digit-named object key is over-protected here, which is the fail-closed side.
     """
-    if not target or not target[-1].isdigit():
+    if not target or not _is_index(target[-1]):
         return None
     parent, index = target[:-1], int(target[-1])
     depth = len(parent)
     for frozen in immutable:
-        if len(frozen) > depth and frozen[:depth] == parent and frozen[depth].isdigit() and int(frozen[depth]) >= index:
+        if len(frozen) > depth and frozen[:depth] == parent and _is_index(frozen[depth]) and int(frozen[depth]) >= index:
             return frozen
     return None
 

@@ -170,6 +170,8 @@ def parse_json_text(raw: str | bytes, limits: ParseLimits = DEFAULT_LIMITS, fini
         return ParsedResponse(rej.code, _keep(raw), message=rej.message)
     if finish_reason == "length":
         return ParsedResponse(Code.TRUNCATED, text, message="the generator stopped on its length limit")
+    if not text.strip():
+        return ParsedResponse(Code.MALFORMED_JSON, text, message="empty response")
     if _max_depth_exceeded(text, limits.max_depth):
         return ParsedResponse(Code.TOO_DEEP, text, message=f"nesting deeper than {limits.max_depth}")
     try:

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from .apply import apply_patch
 from .attempts import AttemptClass, classify_attempt
 from .codes import Code
-from .collateral import collateral_edits
+from .collateral import collateral_edits, off_pointer_edits
 from .jsonvalue import deep_copy
 from .mask import static_violation
 from .patch import OP_KINDS, AbstainAction, InvalidAction, PatchAction, RefusalAction, parse_action
@@ -63,6 +63,7 @@ class AttemptRecord:
     ops_applied: int = 0
     validator_calls: int = 0
     collateral: tuple[str, ...] = ()
+    off_pointer: tuple[str, ...] = ()
     wall_s: float = 0.0
 
     def public_dict(self) -> dict[str, Any]:
@@ -203,6 +204,7 @@ class RepairContract:
     ) -> StepResult:
         report = self.verifier.verify(patched)
         collateral = tuple(collateral_edits(state.candidate, patched, touched))
+        off_pointer = tuple(off_pointer_edits(state.candidate, patched, tuple(e.pointer for e in state.report.errors)))
         ops_left = state.ops_left - len(action.ops)
         attempts_left = state.attempts_left - 1
         primary = report.primary
@@ -210,6 +212,7 @@ class RepairContract:
         record = self._record(
             attempt, action.raw, code, primary.pointer if primary else "", primary.message if primary else "", start,
             ops=ops_dicts, ops_applied=len(action.ops), validator_calls=1, collateral=collateral,
+            off_pointer=off_pointer,
         )  # fmt: skip
         exhausted = not report.accepted and attempts_left <= 0
         next_state = PublicState(

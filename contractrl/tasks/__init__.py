@@ -1,0 +1,1 @@
+"""Tasks: where repair cases come from (tool catalogs, public data sets, corruptions)."""

@@ -1,0 +1,137 @@
+"""Loading Berkeley Function-Calling Leaderboard (BFCL) question and possible-answer files.
+
+BFCL files are JSON Lines despite their ``.json`` suffix. A possible answer maps every argument to
+a list of acceptable values, where ``""`` means "may be omitted", and nests the same convention
+inside object-valued arguments. :func:`ground_truth_call` turns that into one concrete call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputFileError
+from ..validators.strict_json import ParseLimits, parse_json_text
+
+_LINE_LIMITS = ParseLimits(max_bytes=16_000_000, max_depth=128)
+
+
+@dataclass(frozen=True, slots=True)
+class BfclFunction:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BfclEntry:
+    """One question with its candidate functions and, when known, its possible answers."""
+
+    id: str
+    question: tuple[dict[str, Any], ...]
+    functions: tuple[BfclFunction, ...]
+    ground_truth: tuple[dict[str, dict[str, list[Any]]], ...] = ()
+
+    def function(self, name: str) -> BfclFunction:
+        for fn in self.functions:
+            if fn.name == name:
+                return fn
+        raise KeyError(f"{self.id}: no function named {name!r}")
+
+    @property
+    def user_text(self) -> str:
+        """The user turns of the first conversation, joined: the request the call must satisfy."""
+        turns = self.question[0] if self.question and isinstance(self.question[0], list) else self.question
+        return "\n".join(str(t.get("content", "")) for t in turns if isinstance(t, dict) and t.get("role") == "user")
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Strictly parsed objects of a JSON Lines file, with 1-based line numbers for error messages."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputFileError(f"BFCL file not found: {p}")
+    with p.open("rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            parsed = parse_json_text(line, _LINE_LIMITS)
+            if not parsed.is_value or not isinstance(parsed.value, dict):
+                raise InputFileError(f"{p}:{lineno}: not a JSON object ({parsed.code.value}: {parsed.message})")
+            yield lineno, parsed.value
+
+
+def _function(raw: Any, where: str) -> BfclFunction:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not isinstance(raw.get("parameters"), dict):
+        raise InputFileError(f"{where}: a function needs a string 'name' and an object 'parameters'")
+    return BfclFunction(raw["name"], str(raw.get("description", "")), raw["parameters"])
+
+
+def load_bfcl(question_file: str | Path, answer_file: str | Path | None = None) -> list[BfclEntry]:
+    """Entries of a BFCL category, joined to its possible answers by id when an answer file is given."""
+    answers: dict[str, tuple[dict[str, dict[str, list[Any]]], ...]] = {}
+    if answer_file is not None:
+        for lineno, raw in read_jsonl(answer_file):
+            gt = raw.get("ground_truth")
+            if not isinstance(raw.get("id"), str) or not isinstance(gt, list):
+                raise InputFileError(f"{answer_file}:{lineno}: needs 'id' and a 'ground_truth' list")
+            answers[raw["id"]] = tuple(gt)
+    entries = []
+    for lineno, raw in read_jsonl(question_file):
+        where = f"{question_file}:{lineno}"
+        entry_id = raw.get("id")
+        functions = raw.get("function")
+        if not isinstance(entry_id, str) or not isinstance(functions, list) or not functions:
+            raise InputFileError(f"{where}: needs a string 'id' and a non-empty 'function' list")
+        question = raw.get("question", [])
+        entries.append(
+            BfclEntry(
+                entry_id,
+                tuple(question) if isinstance(question, list) else (),
+                tuple(_function(f, where) for f in functions),
+                answers.get(entry_id, ()),
+            )
+        )
+    return entries
+
+
+def _first_value(alternatives: list[Any]) -> Any:
+    value = next(v for v in alternatives if v != "")
+    return _resolve_nested(value)
+
+
+def _resolve_nested(value: Any) -> Any:
+    """Object-valued arguments list alternatives per field too; lists of such objects likewise."""
+    if isinstance(value, dict):
+        return _pick_arguments(value, required=())
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return [_pick_arguments(v, required=()) for v in value]
+    return value
+
+
+def _pick_arguments(args: dict[str, Any], required: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, alternatives in args.items():
+        if not isinstance(alternatives, list):
+            out[name] = alternatives
+            continue
+        omittable = not alternatives or alternatives[0] == "" or all(v == "" for v in alternatives)
+        if omittable and (name not in required or all(v == "" for v in alternatives)):
+            continue
+        out[name] = _first_value(alternatives)
+    return out
+
+
+def ground_truth_call(entry: BfclEntry, index: int = 0) -> tuple[str, dict[str, Any]]:
+    """The function name and one concrete, acceptable argument object of answer ``index``.
+
+    Per argument the first listed value is taken; an argument whose first value is ``""`` (may be
+    omitted) is left out, unless the schema requires it, in which case its first non-empty value is
+    used.
+    """
+    if not entry.ground_truth:
+        raise KeyError(f"{entry.id}: no possible answer loaded")
+    (name, args), *_ = entry.ground_truth[index].items()
+    required = entry.function(name).parameters.get("required", [])
+    return name, _pick_arguments(args, required)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contractrl.errors import SchemaCompileError
-from contractrl.validators import SchemaLimits, Verifier, detect_dialect, normalize_schema
+from contractrl.validators import SchemaLimits, Verifier, compile_schema, detect_dialect, normalize_schema
 from contractrl.validators.dialects import DRAFT_2020_12
 
 BFCL = {
@@ -163,3 +165,31 @@ def test_normalisation_is_deterministic_and_hashed() -> None:
     b = normalize_schema(dict(reversed(list(BFCL.items()))))
     assert a.sha256 == b.sha256
     assert len(a.sha256) == 64
+
+
+_keywords = st.sampled_from(
+    ["type", "properties", "items", "required", "enum", "minimum", "format", "$ref", "allOf", "oneOf", "not",
+     "definitions", "dependencies", "additionalProperties", "pattern", "prefixItems", "exclusiveMinimum", "x-extra"]
+)  # fmt: skip
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from(["string", "dict", "#", "#/a", "date", "(", "a"])
+)
+_schemas = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.one_of(_keywords, st.text(max_size=3)), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema=_schemas, lenient=st.booleans())
+def test_arbitrary_schemas_compile_or_fail_with_a_typed_error(schema: object, lenient: bool) -> None:
+    """Any JSON at all as a schema: a compiled validator or SchemaCompileError, nothing else."""
+    for backend in ("rs", "python"):
+        try:
+            compiled = compile_schema(schema, backend, lenient=lenient)
+        except SchemaCompileError:
+            continue
+        compiled.errors({"a": [1, "x", None]})

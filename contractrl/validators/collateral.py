@@ -13,33 +13,71 @@ that emptying a container is visible):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .jsonvalue import json_equal, leaves
-from .pointer import Tokens, format_pointer
+from .pointer import Tokens, escape_token, format_pointer
+
+
+_ABSENT = object()
 
 
 def changed_leaves(before: Any, after: Any) -> list[str]:
-    """Pointers of leaves added, removed or changed between two documents, sorted."""
-    a, b = leaves(before), leaves(after)
-    changed = {p for p in a.keys() ^ b.keys()}
-    changed.update(p for p in a.keys() & b.keys() if not json_equal(a[p], b[p]))
-    return sorted(changed)
+    """Pointers of leaves added, removed or changed between two documents, sorted.
+
+    Subtrees that are the same object in both documents are skipped without a look: the
+    copy-on-write apply shares every untouched subtree, so only the rewritten paths are walked.
+    """
+    out: set[str] = set()
+    _diff(before, after, "", out)
+    return sorted(out)
 
 
-def _outside(changed: list[str], prefixes: list[str]) -> list[str]:
-    return [p for p in changed if not any(p == q or p.startswith(q + "/") for q in prefixes)]
+def _diff(a: Any, b: Any, prefix: str, out: set[str]) -> None:
+    if a is b:
+        return
+    ta, tb = type(a), type(b)
+    if ta is dict and tb is dict and a and b:
+        for key, old in a.items():
+            new = b.get(key, _ABSENT)
+            if new is old:
+                continue
+            here = prefix + "/" + escape_token(key)
+            if new is _ABSENT:
+                out.update(leaves(old, here))
+            else:
+                _diff(old, new, here, out)
+        for key in b.keys() - a.keys():
+            out.update(leaves(b[key], prefix + "/" + escape_token(key)))
+    elif ta is list and tb is list and a and b:
+        common = min(len(a), len(b))
+        for i in range(common):
+            _diff(a[i], b[i], f"{prefix}/{i}", out)
+        for extra in (a[common:], b[common:]):
+            for offset, value in enumerate(extra, common):
+                out.update(leaves(value, f"{prefix}/{offset}"))
+    elif (ta is dict or ta is list) or (tb is dict or tb is list):
+        old, new = leaves(a, prefix), leaves(b, prefix)
+        out.update(old.keys() ^ new.keys())
+        out.update(p for p in old.keys() & new.keys() if not json_equal(old[p], new[p]))
+    elif not json_equal(a, b):
+        out.add(prefix)
+
+
+def outside(changed: list[str], prefixes: Iterable[str]) -> list[str]:
+    """The pointers in ``changed`` that are neither at nor under any of ``prefixes``."""
+    bounds = tuple(prefixes)
+    if "" in bounds:
+        return []
+    return [p for p in changed if not any(p == q or p.startswith(q + "/") for q in bounds)]
 
 
 def collateral_edits(before: Any, after: Any, touched: tuple[Tokens, ...]) -> list[str]:
     """Changed leaves not at or under any location the patch operations named."""
-    if before is after:
-        return []
-    return _outside(changed_leaves(before, after), [format_pointer(t) for t in touched])
+    return outside(changed_leaves(before, after), (format_pointer(t) for t in touched))
 
 
 def off_pointer_edits(before: Any, after: Any, pointers: tuple[str, ...]) -> list[str]:
     """Changed leaves not at or under any pointer of the report the patch answered."""
-    if before is after:
-        return []
-    return _outside(changed_leaves(before, after), list(pointers))
+    return outside(changed_leaves(before, after), pointers)

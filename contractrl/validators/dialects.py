@@ -196,7 +196,7 @@ class _Normalizer:
         elif key == "type":
             self._type(value, here, out)
         elif key == "format":
-            if value in KNOWN_FORMATS:
+            if isinstance(value, str) and value in KNOWN_FORMATS:
                 out[key] = value
             else:
                 self.fail(f"unknown format {value!r}", here)

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import jsonschema
 import jsonschema_rs
 
 from ..errors import SchemaCompileError
@@ -79,7 +78,8 @@ class RsBackend:
         try:
             self._validator = jsonschema_rs.validator_for(schema, validate_formats=True, ignore_unknown_formats=False)
         except (jsonschema_rs.ValidationError, ValueError, jsonschema_rs.ReferencingError) as exc:
-            raise SchemaCompileError(f"jsonschema-rs cannot compile the schema: {exc}") from exc
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SchemaCompileError(f"jsonschema-rs cannot compile the schema: {first_line}") from exc
         self.is_valid = self._validator.is_valid
 
     def raw_errors(self, instance: Any) -> Iterator[RawError]:
@@ -104,11 +104,17 @@ _QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
 
 class PythonBackend:
-    """python-jsonschema Draft202012Validator with its format checker: the reference."""
+    """python-jsonschema Draft202012Validator with its format checker: the reference.
+
+    Imported on first use: its format checkers take seconds to import (they build grammars), a
+    cost the default ``rs`` path and every short CLI call should not pay.
+    """
 
     name: BackendName = "python"
 
     def __init__(self, schema: dict[str, Any] | bool) -> None:
+        import jsonschema
+
         cls = jsonschema.Draft202012Validator
         try:
             cls.check_schema(schema)

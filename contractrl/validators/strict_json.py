@@ -161,7 +161,9 @@ def _decode_text(raw: str | bytes) -> str:
 
 def parse_json_text(raw: str | bytes, limits: ParseLimits = DEFAULT_LIMITS, finish_reason: str | None = None) -> ParsedResponse:
     """Parse exactly one JSON value, or say precisely why not."""
-    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", errors="surrogatepass"))
+    size = len(raw)
+    if not isinstance(raw, bytes) and size * 4 > limits.max_bytes:  # only then can UTF-8 size matter
+        size = len(raw.encode("utf-8", errors="surrogatepass"))
     if size > limits.max_bytes:
         return ParsedResponse(Code.TOO_LARGE, _keep(raw), message=f"{size} bytes exceeds the limit of {limits.max_bytes}")
     try:
@@ -186,14 +188,15 @@ def parse_json_text(raw: str | bytes, limits: ParseLimits = DEFAULT_LIMITS, fini
         return ParsedResponse(Code.TOO_DEEP, text, message="nesting exceeds the interpreter stack")
     if _skip_ws(text, end) != len(text):
         return ParsedResponse(Code.MALFORMED_JSON, text, message=f"trailing data after the JSON value at offset {end}")
-    if _SURROGATE_ESCAPE_RE.search(text) and _contains_lone_surrogate(value):
+    if "\\u" in text and _SURROGATE_ESCAPE_RE.search(text) and _contains_lone_surrogate(value):
         return ParsedResponse(Code.MALFORMED_JSON, text, message="string holds an unpaired UTF-16 surrogate")
     return ParsedResponse(Code.ACCEPTED, text, value=value)
 
 
 def parse_response(raw: str | bytes, limits: ParseLimits = DEFAULT_LIMITS, finish_reason: str | None = None) -> ParsedResponse:
     """Classify model text as ABSTAIN, an explicit refusal, or strict JSON (see parse_json_text)."""
-    if isinstance(raw, str) and len(raw) <= limits.max_bytes:
+    starts_json = isinstance(raw, str) and raw[:1] in ("[", "{")
+    if isinstance(raw, str) and not starts_json and len(raw) <= limits.max_bytes:
         abstain = _ABSTAIN_RE.match(raw)
         if abstain:
             return ParsedResponse(Code.ABSTAIN, raw, message=(abstain.group("reason") or "").strip())

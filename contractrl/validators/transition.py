@@ -22,11 +22,10 @@ from ..errors import ConfigError
 from .apply import apply_patch
 from .attempts import AttemptClass, classify_attempt
 from .codes import Code
-from .collateral import collateral_edits, off_pointer_edits
-from .jsonvalue import deep_copy
+from .collateral import changed_leaves, outside
 from .mask import static_violation
 from .patch import OP_KINDS, AbstainAction, InvalidAction, PatchAction, RefusalAction, parse_action
-from .pointer import PointerSyntaxError, Tokens, parse_pointer
+from .pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer
 from .report import VerifierReport
 from .verifier import Verifier
 
@@ -110,6 +109,10 @@ _FREE = frozenset({Code.ABSTAIN, Code.REFUSAL})
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
+    """The transition's answer. ``accepted_object`` is set only when the verifier accepted it; it
+    shares structure with ``state.candidate`` (both are immutable by convention), so an executor
+    that mutates its input must copy it first."""
+
     state: PublicState
     outcome: Code
     record: AttemptRecord
@@ -203,8 +206,9 @@ class RepairContract:
         start: float,
     ) -> StepResult:
         report = self.verifier.verify(patched)
-        collateral = tuple(collateral_edits(state.candidate, patched, touched))
-        off_pointer = tuple(off_pointer_edits(state.candidate, patched, tuple(e.pointer for e in state.report.errors)))
+        changed = changed_leaves(state.candidate, patched)
+        collateral = tuple(outside(changed, (format_pointer(t) for t in touched)))
+        off_pointer = tuple(outside(changed, (e.pointer for e in state.report.errors)))
         ops_left = state.ops_left - len(action.ops)
         attempts_left = state.attempts_left - 1
         primary = report.primary
@@ -225,8 +229,7 @@ class RepairContract:
             done=report.accepted or exhausted,
             outcome=Code.ACCEPTED if report.accepted else (Code.ATTEMPTS_EXHAUSTED if exhausted else None),
         )
-        accepted_object = deep_copy(patched) if report.accepted else None
-        return StepResult(next_state, code, record, accepted_object, patched, collateral)
+        return StepResult(next_state, code, record, patched if report.accepted else None, patched, collateral)
 
     def _reject(
         self,

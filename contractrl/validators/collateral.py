@@ -19,7 +19,6 @@ from typing import Any
 from .jsonvalue import json_equal, leaves
 from .pointer import Tokens, escape_token, format_pointer
 
-
 _ABSENT = object()
 
 

@@ -83,6 +83,73 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK if not unsafe else EXIT_REJECTED
 
 
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def cmd_cases_generate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .tasks.audit import DEFAULT_DISJOINT, OverlapIndex, audit, check_units, format_audit
+    from .tasks.corruptions import CORRUPTION_FAMILIES
+    from .tasks.generate import GenerateConfig, generate_cases
+    from .tasks.offline import read_cases
+    from .tasks.store import write_case_set
+
+    config = GenerateConfig(
+        seed=args.seed,
+        n=args.n,
+        families=args.families or CORRUPTION_FAMILIES,
+        **({"tool_families": args.tool_families} if args.tool_families else {}),
+    )
+    disjoint = check_units(args.disjoint or DEFAULT_DISJOINT)
+    excluded = read_cases(args.exclude) if args.exclude else []
+    index = OverlapIndex(excluded, disjoint) if excluded else None
+    progress = tqdm(range(config.n), desc="cases", unit="case", disable=None, file=sys.stderr)
+    cases = generate_cases(config, reject=index.collides if index else None, progress=progress)
+    extra: dict[str, Any] = {}
+    if excluded:
+        rows = audit(excluded, cases, disjoint)
+        print(format_audit(rows), file=sys.stderr)
+        if not all(r.ok for r in rows):
+            print("contractrl cases generate: refusing to write a split that overlaps on a disjoint unit", file=sys.stderr)
+            return EXIT_REJECTED
+        extra["split"] = {
+            "disjoint_from": str(args.exclude),
+            "disjoint_units": list(disjoint),
+            "audit": [r.to_dict() for r in rows],
+        }
+    manifest = write_case_set(cases, args.out, config.to_dict(), extra)
+    _emit({"out": str(args.out), "cases": manifest["cases"], "counts": manifest["counts"], "files": manifest["files"]})
+    return EXIT_OK
+
+
+def cmd_cases_audit(args: argparse.Namespace) -> int:
+    from .tasks.audit import DEFAULT_DISJOINT, audit, check_units, format_audit
+    from .tasks.offline import read_cases
+
+    disjoint = check_units(args.disjoint or DEFAULT_DISJOINT)
+    rows = audit(read_cases(args.train), read_cases(args.heldout), disjoint)
+    if args.json:
+        _emit([r.to_dict() for r in rows])
+    else:
+        print(format_audit(rows))
+    return EXIT_OK if all(r.ok for r in rows) else EXIT_REJECTED
+
+
+def cmd_screen(args: argparse.Namespace) -> int:
+    from .tasks.screen import run_screen
+
+    result = run_screen(args.bfcl, seed=args.seed)
+    if args.json:
+        _emit(result)
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+    ok = result["schema_valid"] == result["object_match"] == result["cases"] and result["unsafe_dispatches"] == 0
+    return EXIT_OK if ok else EXIT_REJECTED
+
+
 def _add_verifier_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schema", required=True, help="JSON Schema file (BFCL, draft-04/06/07 or 2020-12)")
     p.add_argument("--call", required=True, help="the tool call's arguments as JSON")
@@ -114,6 +181,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="walk through every repair outcome on a built-in tool")
     demo.set_defaults(func=cmd_demo)
+
+    cases = sub.add_parser("cases", help="generate and audit repair cases")
+    cases_sub = cases.add_subparsers(dest="cases_command", required=True, metavar="ACTION")
+    gen = cases_sub.add_parser("generate", help="write public.parquet, offline.parquet and manifest.json")
+    gen.add_argument("--seed", type=int, required=True)
+    gen.add_argument("--n", type=int, required=True, help="number of cases")
+    gen.add_argument("--families", type=_csv, help="corruption families, comma-separated (default: all 13)")
+    gen.add_argument("--tool-families", type=_csv, help="tool families, comma-separated (default: all 5)")
+    gen.add_argument("--exclude", help="an existing case set the new one must be disjoint from (a held-out split)")
+    gen.add_argument(
+        "--disjoint", type=_csv, help="audit units that must not overlap (default: case ids, fingerprints, ops, clusters)"
+    )
+    gen.add_argument("--out", required=True, help="output directory")
+    gen.set_defaults(func=cmd_cases_generate)
+    aud = cases_sub.add_parser("audit", help="overlap audit of two case sets; exit 1 on overlap in a disjoint unit")
+    aud.add_argument("train")
+    aud.add_argument("heldout")
+    aud.add_argument("--disjoint", type=_csv, help="units that must not overlap")
+    aud.add_argument("--json", action="store_true")
+    aud.set_defaults(func=cmd_cases_audit)
+
+    screen = sub.add_parser("screen", help="the BFCL mechanism screen (a protocol check, not a learned result)")
+    screen.add_argument("--bfcl", required=True, help="BFCL data directory with possible_answer/")
+    screen.add_argument("--seed", type=int, default=13)
+    screen.add_argument("--json", action="store_true")
+    screen.set_defaults(func=cmd_screen)
     return parser
 
 

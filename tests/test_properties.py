@@ -19,31 +19,37 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from typing import Any
 
 import jsonpatch
 import jsonschema
 import jsonschema_rs
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from contractrl.validators import (
+    AbstainAction,
     Budgets,
     Code,
     InvalidAction,
     PatchAction,
+    RefusalAction,
     RepairContract,
     Verifier,
     apply_patch,
+    changed_leaves,
     collateral_edits,
     parse_action,
 )
-from contractrl.validators.jsonvalue import json_equal
+from contractrl.validators.jsonvalue import json_equal, leaves
 from contractrl.validators.patch import OP_KINDS
 from contractrl.validators.pointer import format_pointer, parse_pointer, resolve
 
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# generation of a document plus an aimed patch costs most of the time; fewer examples suffice there
+APPLY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 FEW = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # --------------------------------------------------------------------------------------------
@@ -102,7 +108,9 @@ def contract(schema_name: str, backend: str, immutable: tuple[str, ...] = ()) ->
 # Strategies
 # --------------------------------------------------------------------------------------------
 
-KEYS = st.one_of(st.sampled_from(["a", "b", "id", "items", "~", "/", "~0", "~1", "-", "0", "1", "00", "", "a/b"]), st.text(max_size=5))
+KEYS = st.one_of(
+    st.sampled_from(["a", "b", "id", "items", "~", "/", "~0", "~1", "-", "0", "1", "00", "", "a/b"]), st.text(max_size=5)
+)
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
@@ -112,7 +120,9 @@ SCALARS = st.one_of(
     st.text(max_size=8),
 )
 JSON = st.recursive(
-    SCALARS, lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(KEYS, children, max_size=4)), max_leaves=20
+    SCALARS,
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(KEYS, children, max_size=4)),
+    max_leaves=12,
 )
 CONTAINERS = st.one_of(st.lists(JSON, max_size=4), st.dictionaries(KEYS, JSON, max_size=5))
 
@@ -170,20 +180,54 @@ def doc_and_patch(draw: st.DrawFn, docs: st.SearchStrategy[Any] = CONTAINERS) ->
     return doc, draw(st.lists(raw_ops(doc), min_size=1, max_size=5))
 
 
+def _container_pointers(doc: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    if isinstance(doc, (dict, list)):
+        out.append((format_pointer(prefix), doc))
+        items = doc.items() if isinstance(doc, dict) else ((str(i), v) for i, v in enumerate(doc))
+        for key, value in items:
+            out.extend(_container_pointers(value, (*prefix, key)))
+    return out
+
+
+@st.composite
+def target_pointers(draw: st.DrawFn, doc: Any, kind: str) -> str:
+    """A pointer likely to succeed for ``kind`` (a new child for add, an existing path otherwise)."""
+    if draw(st.integers(0, 7)) == 0:
+        return draw(pointers(doc).filter(_valid_pointer))
+    if kind == "add":
+        where, container = draw(st.sampled_from(_container_pointers(doc)))
+        if isinstance(container, list):
+            token = draw(st.one_of(st.just("-"), st.integers(0, len(container)).map(str)))
+        else:
+            token = draw(KEYS)
+        return where + "/" + token.replace("~", "~0").replace("/", "~1")
+    existing = [p for p in all_pointers(doc) if p]
+    return draw(st.sampled_from(existing)) if existing else draw(pointers(doc).filter(_valid_pointer))
+
+
+@st.composite
+def aimed_op(draw: st.DrawFn, doc: Any, kinds: tuple[str, ...] = OP_KINDS, values: Any = None, root_from: bool = True) -> Any:
+    """A well-formed operation of one of ``kinds`` aimed at ``doc`` (see target_pointers)."""
+    kind = draw(st.sampled_from(kinds))
+    op: dict[str, Any] = {"op": kind, "path": draw(target_pointers(doc, kind))}
+    if kind in ("add", "replace", "test"):
+        op["value"] = draw(values if values is not None else JSON)
+    if kind in ("move", "copy"):
+        op["from"] = draw(target_pointers(doc, "remove").filter(lambda p: root_from or kind == "copy" or p != ""))
+    return op
+
+
 @st.composite
 def clean_patch(draw: st.DrawFn, kinds: tuple[str, ...]) -> tuple[Any, list[dict[str, Any]]]:
-    """A well-formed patch of only ``kinds`` over real or near paths of a random document."""
+    """A well-formed patch of only ``kinds``, aimed at real paths of a random container document.
+
+    A ``move`` whose ``from`` is the root is left out here: apply_patch crashes on it (see
+    test_apply_move_from_root_is_a_typed_failure), and one bug should fail one test. step()
+    masks that move before applying, so the step-level strategies keep it.
+    """
     doc = draw(CONTAINERS)
-    ops = []
-    for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(kinds))
-        op: dict[str, Any] = {"op": kind, "path": draw(pointers(doc).filter(_valid_pointer))}
-        if kind in ("add", "replace", "test"):
-            op["value"] = draw(JSON)
-        if kind in ("move", "copy"):
-            op["from"] = draw(pointers(doc).filter(_valid_pointer))
-        ops.append(op)
-    return doc, ops
+    return doc, draw(st.lists(aimed_op(doc, kinds, root_from=False), min_size=1, max_size=3))
 
 
 def _valid_pointer(text: str) -> bool:
@@ -210,6 +254,66 @@ NESTED_VALID = st.fixed_dictionaries(
     },
 )
 
+
+@st.composite
+def corrupted_nested(draw: st.DrawFn) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """A valid NESTED instance, a corrupted copy, and the one-operation patch that undoes it."""
+    good = draw(NESTED_VALID)
+    bad = copy.deepcopy(good)
+    kind = draw(st.sampled_from(["replace", "drop", "extra"]))
+    if kind == "replace":
+        path = draw(st.sampled_from([p for p in all_pointers(good) if p]))
+        tokens = parse_pointer(path)
+        parent = resolve(bad, tokens[:-1])
+        key: Any = int(tokens[-1]) if isinstance(parent, list) else tokens[-1]
+        parent[key] = draw(JSON)
+        fix = [{"op": "replace", "path": path, "value": resolve(good, tokens)}]
+    elif kind == "drop":
+        name = draw(st.sampled_from(sorted(good)))
+        del bad[name]
+        fix = [{"op": "add", "path": "/" + name, "value": good[name]}]
+    else:
+        name = draw(st.text(max_size=4).filter(lambda k: k not in good))
+        bad[name] = draw(JSON)
+        fix = [{"op": "remove", "path": format_pointer((name,))}]
+    return good, bad, fix
+
+
+NESTED_NEAR = st.one_of(
+    NESTED_VALID,
+    corrupted_nested().map(lambda case: case[1]),
+    st.fixed_dictionaries({}, optional={k: JSON for k in ("id", "count", "items", "meta", "status", "zz")}),
+    JSON,
+)
+TREE_NEAR = st.recursive(
+    st.fixed_dictionaries({"value": st.one_of(st.integers(-3, 3), SCALARS)}),
+    lambda kids: st.fixed_dictionaries(
+        {"value": st.integers(-3, 3)}, optional={"children": st.lists(kids, max_size=3), "extra": SCALARS}
+    ),
+    max_leaves=8,
+)
+TREE_VALID = st.recursive(
+    st.fixed_dictionaries({"value": st.integers(-3, 3)}),
+    lambda kids: st.fixed_dictionaries({"value": st.integers(-3, 3)}, optional={"children": st.lists(kids, max_size=3)}),
+    max_leaves=8,
+)
+VALID = {
+    "nested": NESTED_VALID,
+    "array": st.lists(st.one_of(st.integers(-5, 50), st.text(max_size=3)), min_size=1, max_size=4),
+    "loose": st.fixed_dictionaries({"a": st.integers()}, optional={"b": st.lists(JSON, max_size=3), "c": JSON}),
+    "tree": TREE_VALID,
+}
+INSTANCES = {
+    "nested": NESTED_NEAR,
+    "array": st.one_of(st.lists(st.one_of(st.integers(-10, 10), st.text(max_size=5), SCALARS), max_size=5), JSON),
+    "loose": st.one_of(st.fixed_dictionaries({}, optional={"a": JSON, "b": JSON, "c": JSON}), JSON),
+    "tree": st.one_of(TREE_NEAR, JSON),
+}
+
+
+# Values a repair would plausibly write: small numbers and short strings more often than deep trees.
+VALUES = st.one_of(st.integers(-2, 5), st.text(max_size=3), st.booleans(), st.none(), JSON)
+
 TEXTS = st.one_of(
     st.text(max_size=60),
     st.text(alphabet=st.sampled_from('[]{}",:0123456789.eE+-\\ntrufalsABSTAIN/~ '), max_size=80),
@@ -229,7 +333,8 @@ def action_texts(draw: st.DrawFn, doc: Any) -> str | bytes:
         return draw(TEXTS)
     if kind == 1:
         return draw(st.binary(max_size=80))
-    text = _dumps(draw(st.lists(raw_ops(doc), min_size=1, max_size=4)), draw(st.booleans()))
+    ops = st.one_of(raw_ops(doc), aimed_op(doc, values=VALUES)) if isinstance(doc, (dict, list)) else raw_ops(doc)
+    text = _dumps(draw(st.lists(ops, min_size=1, max_size=4)), draw(st.booleans()))
     if kind == 2:
         text = text[: draw(st.integers(0, len(text)))]
     return text.encode("utf-8") if kind == 3 else text
@@ -263,7 +368,9 @@ def ops_of(patch: list[Any], max_ops: int = 100) -> PatchAction | InvalidAction:
 
 
 @SETTINGS
-@given(text=st.one_of(TEXTS, st.binary(max_size=100)), max_ops=st.integers(0, 5), finish=st.sampled_from([None, "stop", "length"]))
+@given(
+    text=st.one_of(TEXTS, st.binary(max_size=100)), max_ops=st.integers(0, 5), finish=st.sampled_from([None, "stop", "length"])
+)
 def test_parse_action_is_total_on_any_text(text: str | bytes, max_ops: int, finish: str | None) -> None:
     """parse_action is the first thing hostile output meets; an exception there would crash a rollout."""
     action = parse_action(text, max_ops=max_ops, finish_reason=finish)
@@ -284,7 +391,7 @@ def test_parse_action_is_total_on_random_patches(data: tuple[Any, list[Any]], ma
         assert len(action.ops) == len(patch) <= max_ops
         assert all(op.op in OP_KINDS for op in action.ops)
     else:
-        assert isinstance(action, InvalidAction) or type(action).__name__ in ("AbstainAction", "RefusalAction")
+        assert isinstance(action, (InvalidAction, AbstainAction, RefusalAction))
 
 
 @SETTINGS
@@ -306,16 +413,18 @@ def test_step_is_total_and_fail_closed(schema_name: str, backend: str, data: st.
         before = canonical(state.candidate)
         text = data.draw(action_texts(state.candidate), label="text")
         result = env.step(state, text)
+        event(f"outcome={result.outcome.value}")
         assert isinstance(result.outcome, Code)
         assert isinstance(result.record.raw, str)
         if result.outcome is Code.ACCEPTED:
             assert result.accepted_object is not None or result.state.candidate is None
             assert result.state.done
+            assert_valid_under_references(schema_name, result.accepted_object)  # (b)
         else:
             assert result.accepted_object is None
         # (c) whatever happened, the previous state's candidate was not mutated
         assert canonical(state.candidate) == before
-        if result.outcome not in (Code.ACCEPTED,) and result.patched is None:
+        if result.patched is None:  # nothing was applied: the state keeps the very same candidate
             assert result.state.candidate is state.candidate
         state = result.state
 
@@ -330,30 +439,6 @@ def assert_valid_under_references(schema_name: str, instance: Any) -> None:
     python_errors = [e.message for e in jsonschema.Draft202012Validator(normalized).iter_errors(instance)]
     assert python_errors == [], python_errors
     assert jsonschema_rs.validator_for(normalized).is_valid(instance)
-
-
-@st.composite
-def corrupted_nested(draw: st.DrawFn) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """A valid NESTED instance, a corrupted copy, and the one-operation patch that undoes it."""
-    good = draw(NESTED_VALID)
-    bad = copy.deepcopy(good)
-    kind = draw(st.sampled_from(["replace", "drop", "extra"]))
-    if kind == "replace":
-        path = draw(st.sampled_from([p for p in all_pointers(good) if p]))
-        tokens = parse_pointer(path)
-        parent = resolve(bad, tokens[:-1])
-        key: Any = int(tokens[-1]) if isinstance(parent, list) else tokens[-1]
-        parent[key] = draw(JSON)
-        fix = [{"op": "replace", "path": path, "value": resolve(good, tokens)}]
-    elif kind == "drop":
-        name = draw(st.sampled_from(sorted(good)))
-        del bad[name]
-        fix = [{"op": "add", "path": "/" + name, "value": good[name]}]
-    else:
-        name = draw(st.text(max_size=4).filter(lambda k: k not in good))
-        bad[name] = draw(JSON)
-        fix = [{"op": "remove", "path": format_pointer((name,))}]
-    return good, bad, fix
 
 
 @SETTINGS
@@ -373,6 +458,7 @@ def test_accepted_objects_pass_both_reference_validators(backend: str, case: Any
         return
     extra = noise.draw(st.lists(raw_ops(bad, kinds=OP_KINDS), max_size=1), label="extra")
     result = env.step(state, json.dumps(extra + fix))
+    event(f"outcome={result.outcome.value}")
     if result.outcome is Code.ACCEPTED:
         assert_valid_under_references("nested", result.accepted_object)
         assert strict_same(result.accepted_object, result.state.candidate)
@@ -382,18 +468,36 @@ def test_accepted_objects_pass_both_reference_validators(backend: str, case: Any
         assert result.collateral == ()
 
 
-@SETTINGS
+@APPLY
 @given(schema_name=st.sampled_from(sorted(SCHEMAS)), backend=st.sampled_from(BACKENDS), data=st.data())
 def test_every_accepted_object_is_valid(schema_name: str, backend: str, data: st.DataObject) -> None:
-    """Random patches on random documents: any acceptance must survive both reference validators."""
+    """Random patches on broken documents: any acceptance must survive both reference validators.
+
+    A valid instance is broken by one random operation, then repaired by 1-3 random operations
+    whose values are often pieces of the original, so acceptances are frequent enough to matter
+    (including odd ones: moves, copies, tests, several operations at once).
+    """
     env = contract(schema_name, backend)
-    doc = data.draw(st.one_of(CONTAINERS, NESTED_VALID, st.fixed_dictionaries({"a": JSON}, optional={"b": JSON})))
+    good = data.draw(VALID[schema_name], label="good")
+    if data.draw(st.integers(0, 4), label="near") == 0:
+        doc = data.draw(INSTANCES[schema_name], label="doc")
+    else:
+        broken = ops_of([data.draw(aimed_op(good, values=JSON, root_from=False), label="break")])
+        applied = apply_patch(good, broken.ops) if isinstance(broken, PatchAction) else None
+        doc = applied.document if applied is not None and applied.ok else good
     state = env.initial_state(doc)
     if state.done:
         assert_valid_under_references(schema_name, doc)
-        return
-    patch = data.draw(st.lists(raw_ops(doc, kinds=OP_KINDS), min_size=1, max_size=4))
+    assume(not state.done)
+    pieces = st.sampled_from([resolve(good, parse_pointer(p)) for p in all_pointers(good)])
+    op = (
+        aimed_op(doc, ("replace", "add", "remove", "move", "copy", "test"), values=st.one_of(pieces, pieces, VALUES))
+        if isinstance(doc, (dict, list))
+        else raw_ops(doc, kinds=OP_KINDS)
+    )
+    patch = data.draw(st.lists(op, min_size=1, max_size=3), label="patch")
     result = env.step(state, json.dumps(patch))
+    event(f"outcome={result.outcome.value}")
     if result.outcome is Code.ACCEPTED:
         assert_valid_under_references(schema_name, result.accepted_object)
 
@@ -403,7 +507,7 @@ def test_every_accepted_object_is_valid(schema_name: str, backend: str, data: st
 # --------------------------------------------------------------------------------------------
 
 
-@SETTINGS
+@APPLY
 @given(data=clean_patch(OP_KINDS))
 def test_apply_never_mutates_the_input(data: tuple[Any, list[Any]]) -> None:
     """Copy-on-write: a failed patch leaves the document as it was, and so does a successful one.
@@ -437,7 +541,7 @@ def _mutate_everything(value: Any) -> None:
             node.append("__mutated__")
 
 
-@SETTINGS
+@APPLY
 @given(data=clean_patch(OP_KINDS))
 def test_patched_document_does_not_alias_patch_values(data: tuple[Any, list[Any]]) -> None:
     """A caller may reuse or mutate the parsed patch; the accepted object must not change with it."""
@@ -453,12 +557,28 @@ def test_patched_document_does_not_alias_patch_values(data: tuple[Any, list[Any]
     assert canonical(result.document) == snapshot
 
 
+def test_apply_move_from_root_is_a_typed_failure() -> None:
+    """BUG: apply_patch must refuse a move of the whole document, not raise IndexError.
+
+    apply_patch is public and re-checks root writes itself ("refuse again rather than trust the
+    caller"), but `move` with ``from: ""`` reaches ``_CowDocument.remove(())`` and indexes ``()[-1]``.
+    step() masks it first (move_source_invalid), so only direct callers of apply_patch crash.
+    """
+    action = parse_action('[{"op": "move", "from": "", "path": "/0"}]', max_ops=2)
+    assert isinstance(action, PatchAction)
+    doc = [None]
+    result = apply_patch(doc, action.ops)
+    assert not result.ok
+    assert result.code in (Code.MOVE_SOURCE_INVALID, Code.ROOT_WRITE_FORBIDDEN)
+    assert doc == [None]
+
+
 # --------------------------------------------------------------------------------------------
 # (e) agreement with the jsonpatch library
 # --------------------------------------------------------------------------------------------
 
 
-@SETTINGS
+@APPLY
 @given(data=clean_patch(("add", "remove", "replace")))
 def test_add_remove_replace_agree_with_jsonpatch(data: tuple[Any, list[dict[str, Any]]]) -> None:
     """RFC 6902 semantics: where both implementations succeed they must produce the same document.
@@ -479,15 +599,18 @@ def test_add_remove_replace_agree_with_jsonpatch(data: tuple[Any, list[dict[str,
     assert json.dumps(ours.document, sort_keys=True) == json.dumps(theirs, sort_keys=True)
 
 
-@SETTINGS
+@APPLY
 @given(data=clean_patch(("add", "remove", "replace", "move", "copy")))
 def test_failures_are_the_same_as_jsonpatch_failures(data: tuple[Any, list[dict[str, Any]]]) -> None:
     """A patch jsonpatch rejects on a non-root path must not be applied by us either (fail-closed).
 
-    Root-path operations are excluded (the contract refuses them outright, jsonpatch allows them).
+    Root-path operations are excluded (the contract refuses them outright, jsonpatch allows them),
+    and so is an object key ``-`` outside an add: jsonpatch wrongly refuses ``replace /obj/-``.
     """
     doc, patch = data
     assume(all(op["path"] != "" and op.get("from", "/") != "" for op in patch))
+    assume(all("-" not in parse_pointer(op["path"])[:-1] and "-" not in parse_pointer(op.get("from", "")) for op in patch))
+    assume(all(op["op"] == "add" or not op["path"].endswith("/-") for op in patch))
     action = ops_of(patch)
     assert isinstance(action, PatchAction)
     ours = apply_patch(doc, action.ops)
@@ -506,25 +629,18 @@ def test_failures_are_the_same_as_jsonpatch_failures(data: tuple[Any, list[dict[
 # (f) deterministic, backend-independent reports
 # --------------------------------------------------------------------------------------------
 
-NESTED_NEAR = st.one_of(
-    NESTED_VALID,
-    corrupted_nested().map(lambda case: case[1]),
-    st.fixed_dictionaries({}, optional={k: JSON for k in ("id", "count", "items", "meta", "status", "zz")}),
-    JSON,
-)
-TREE_NEAR = st.recursive(
-    st.fixed_dictionaries({"value": st.one_of(st.integers(-3, 3), SCALARS)}),
-    lambda kids: st.fixed_dictionaries(
-        {"value": st.integers(-3, 3)}, optional={"children": st.lists(kids, max_size=3), "extra": SCALARS}
-    ),
-    max_leaves=8,
-)
-INSTANCES = {
-    "nested": NESTED_NEAR,
-    "array": st.one_of(st.lists(st.one_of(st.integers(-10, 10), st.text(max_size=5), SCALARS), max_size=5), JSON),
-    "loose": st.one_of(st.fixed_dictionaries({}, optional={"a": JSON, "b": JSON, "c": JSON}), JSON),
-    "tree": st.one_of(TREE_NEAR, JSON),
-}
+
+_RUST_USIZE = re.compile(r"\+?[0-9]+")
+
+
+def _has_rs_mangled_key(value: Any) -> bool:
+    """Whether jsonschema-rs would mangle an object key in an instance path ("00" -> 0, "" dropped)."""
+    if isinstance(value, dict):
+        bad = any(k == "" or (_RUST_USIZE.fullmatch(k) and k != str(int(k))) for k in value)
+        return bad or any(_has_rs_mangled_key(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_rs_mangled_key(v) for v in value)
+    return False
 
 
 @SETTINGS
@@ -536,6 +652,7 @@ def test_reports_are_deterministic_and_backend_independent(schema_name: str, dat
     and verify_text on the serialised instance gives the same report as verify.
     """
     instance = data.draw(INSTANCES[schema_name], label="instance")
+    assume(not _has_rs_mangled_key(instance))  # pinned separately: test_rs_pointer_keeps_odd_object_keys
     reports = {}
     for backend in BACKENDS:
         verifier = Verifier.build(SCHEMAS[schema_name], backend=backend)
@@ -547,6 +664,23 @@ def test_reports_are_deterministic_and_backend_independent(schema_name: str, dat
         assert strict_same(parsed, instance)
         reports[backend] = first
     assert reports["rs"] == reports["python"]
+
+
+@pytest.mark.parametrize("key", ["00", "01", "007", "+1", ""])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rs_pointer_keeps_odd_object_keys(key: str, backend: str) -> None:
+    """BUG (rs backend): an object key such as "00", "007", "+1" or "" is reported at the wrong pointer.
+
+    jsonschema-rs's Python binding turns every instance-path segment that parses as an unsigned
+    integer into an int, so RsBackend sees ``["meta", 0]`` for the key "00"; the report then points
+    at ``/meta/0`` (which may be another, valid key) with ``actual: null``. An empty key is dropped
+    from the path altogether, so the error lands on the parent ``/meta``. The policy is told to
+    repair the wrong place, and reports differ between backends. Found by the property above.
+    """
+    schema = {"type": "object", "properties": {"meta": {"type": "object", "additionalProperties": {"type": "string"}}}}
+    instance = {"meta": {"0": "fine", key: False}}
+    report = Verifier.build(schema, backend=backend).verify(instance)
+    assert [(e.code, e.pointer, e.actual) for e in report.errors] == [(Code.WRONG_TYPE, "/meta/" + key, "false")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -574,7 +708,7 @@ def test_replacing_the_changed_path_has_no_collateral(doc: Any, data: st.DataObj
     assert collateral_edits(doc, result.document, result.touched) == []
 
 
-@SETTINGS
+@APPLY
 @given(data=clean_patch(OP_KINDS))
 def test_collateral_is_only_outside_touched_paths(data: tuple[Any, list[Any]]) -> None:
     """Every reported collateral edit lies outside every touched subtree (the definition of C(p))."""
@@ -586,6 +720,67 @@ def test_collateral_is_only_outside_touched_paths(data: tuple[Any, list[Any]]) -
     touched = [format_pointer(t) for t in result.touched]
     for edit in collateral_edits(doc, result.document, result.touched):
         assert not any(edit == t or edit.startswith(t + "/") for t in touched)
+
+
+@pytest.mark.parametrize(
+    ("doc", "op"),
+    [
+        pytest.param(
+            {"filters": {}, "q": "x"}, {"op": "add", "path": "/filters/city", "value": "Oslo"}, id="add-into-empty-object"
+        ),
+        pytest.param({"tags": [], "q": "x"}, {"op": "add", "path": "/tags/-", "value": "a"}, id="append-to-empty-array"),
+        pytest.param({"filters": {"city": 1}, "q": "x"}, {"op": "remove", "path": "/filters/city"}, id="remove-last-key"),
+        pytest.param({"tags": ["a"], "q": "x"}, {"op": "remove", "path": "/tags/0"}, id="remove-only-element"),
+    ],
+)
+def test_filling_or_emptying_a_container_is_not_collateral(doc: dict[str, Any], op: dict[str, Any]) -> None:
+    """BUG: the parent of the one key a patch adds or removes is reported as a collateral edit.
+
+    Empty containers count as leaves, so ``{"filters": {}}`` -> ``{"filters": {"city": ...}}``
+    removes the leaf ``/filters``; it is not under the touched ``/filters/city``, so the minimal
+    repair of a missing required field in an empty object is charged with collateral ``["/filters"]``.
+    """
+    action = ops_of([op])
+    assert isinstance(action, PatchAction)
+    result = apply_patch(doc, action.ops)
+    assert result.ok
+    assert collateral_edits(doc, result.document, result.touched) == []
+
+
+def _naive_changed_leaves(before: Any, after: Any) -> list[str]:
+    """The definition, without the shared-subtree shortcut: flatten both, compare every leaf."""
+    a, b = leaves(before), leaves(after)
+    changed = a.keys() ^ b.keys()
+    changed |= {p for p in a.keys() & b.keys() if not json_equal(a[p], b[p])}
+    return sorted(changed)
+
+
+@APPLY
+@given(data=clean_patch(OP_KINDS))
+def test_changed_leaves_matches_the_flattening_definition(data: tuple[Any, list[Any]]) -> None:
+    """changed_leaves skips subtrees shared by identity; that shortcut must not change the answer.
+
+    Checked on a patched document (which shares untouched subtrees with its input, the case the
+    shortcut is for) and on an unshared deep copy of it.
+    """
+    doc, patch = data
+    action = ops_of(patch)
+    assert isinstance(action, PatchAction)
+    result = apply_patch(doc, action.ops)
+    assume(result.ok)
+    expected = _naive_changed_leaves(doc, result.document)
+    assert changed_leaves(doc, result.document) == expected
+    assert changed_leaves(doc, copy.deepcopy(result.document)) == expected
+    assert changed_leaves(copy.deepcopy(doc), result.document) == expected
+
+
+def test_changed_leaves_sees_an_object_turned_into_an_array() -> None:
+    """BUG (minor): ``{"0": 1}`` and ``[1]`` flatten to the same leaf ``/0``, so the change is invisible.
+
+    collateral_edits is not affected in practice (the change happens at a touched path), but
+    changed_leaves is public and documented as listing every changed leaf.
+    """
+    assert changed_leaves({"x": {"0": 1}}, {"x": [1]}) != []
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ inside object-valued arguments. :func:`ground_truth_call` turns that into one co
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,3 +136,62 @@ def ground_truth_call(entry: BfclEntry, index: int = 0) -> tuple[str, dict[str, 
     (name, args), *_ = entry.ground_truth[index].items()
     required = entry.function(name).parameters.get("required", [])
     return name, _pick_arguments(args, required)
+
+
+_LOOSE = re.compile(r"[ ,./\-_*^]")
+
+
+def _loose(text: str) -> str:
+    """BFCL's string normalisation: case, spaces and some punctuation do not count."""
+    return _LOOSE.sub("", text).lower().replace("'", '"')
+
+
+def _type_of(schema: dict[str, Any]) -> str | None:
+    declared = schema.get("type")
+    return declared if isinstance(declared, str) else None
+
+
+def _value_matches(value: Any, expected: Any, schema: dict[str, Any]) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(value, dict) and bfcl_accepts(value, expected, schema)[0]
+    if isinstance(expected, list):
+        if not isinstance(value, list) or len(value) != len(expected):
+            return False
+        items = schema.get("items", {}) if isinstance(schema.get("items"), dict) else {}
+        return all(_value_matches(v, e, items) for v, e in zip(value, expected, strict=True))
+    if isinstance(expected, bool) or isinstance(value, bool):
+        return type(value) is type(expected) and value == expected
+    if isinstance(expected, (int, float)):
+        if not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, float) and isinstance(expected, int) and _type_of(schema) == "integer":
+            return False
+        if isinstance(value, int) and isinstance(expected, float) and _type_of(schema) not in ("float", "number", None):
+            return False
+        return float(value) == float(expected)
+    if isinstance(expected, str):
+        return isinstance(value, str) and _loose(value) == _loose(expected)
+    return value == expected
+
+
+def bfcl_accepts(call: dict[str, Any], possible: dict[str, list[Any]], schema: dict[str, Any]) -> tuple[bool, str]:
+    """BFCL's acceptance rule for one call's arguments against its possible answers.
+
+    Arguments outside the ground truth are rejected; an argument whose alternatives include ``""``
+    may be omitted; strings compare loosely; an int is accepted where a float is declared; object
+    arguments are checked recursively with the same rules.
+    """
+    props = schema.get("properties", {})
+    for name in call:
+        if name not in possible:
+            return False, f"argument {name!r} is not in the ground truth"
+    for name, alternatives in possible.items():
+        options = alternatives if isinstance(alternatives, list) else [alternatives]
+        if name not in call:
+            if "" in options or not options:
+                continue
+            return False, f"argument {name!r} is missing"
+        sub = props.get(name, {}) if isinstance(props.get(name), dict) else {}
+        if not any(_value_matches(call[name], option, sub) for option in options if option != ""):
+            return False, f"argument {name!r} matches none of {len(options)} acceptable values"
+    return True, "accepted"

@@ -159,6 +159,8 @@ def _apply_one(doc: _CowDocument, op: PatchOp) -> None:
         doc.remove(tokens, op.path)
     else:  # move / copy
         assert op.from_tokens is not None and op.from_ is not None
+        if op.op == "move" and not op.from_tokens:  # masked before apply; refuse again rather than crash
+            raise _Failure(Code.MOVE_SOURCE_INVALID, "cannot move the whole document", op.from_)
         source = doc.read(op.from_tokens)
         if source is _ABSENT:
             raise _Failure(Code.MOVE_SOURCE_INVALID, f"'from' {op.from_!r} does not exist", op.from_)

@@ -56,7 +56,12 @@ def _diff(a: Any, b: Any, prefix: str, out: set[str]) -> None:
         for extra in (a[common:], b[common:]):
             for offset, value in enumerate(extra, common):
                 out.update(leaves(value, f"{prefix}/{offset}"))
-    elif (ta is dict or ta is list) or (tb is dict or tb is list):
+    elif ta is not tb and (ta in (dict, list) or tb in (dict, list)):
+        # the value at ``prefix`` changed kind (object, array or scalar): every leaf on both sides
+        # changed, even where an object key "0" and an array index 0 flatten to the same pointer
+        out.update(leaves(a, prefix))
+        out.update(leaves(b, prefix))
+    elif ta in (dict, list):
         old, new = leaves(a, prefix), leaves(b, prefix)
         out.update(old.keys() ^ new.keys())
         out.update(p for p in old.keys() & new.keys() if not json_equal(old[p], new[p]))
@@ -65,11 +70,15 @@ def _diff(a: Any, b: Any, prefix: str, out: set[str]) -> None:
 
 
 def outside(changed: list[str], prefixes: Iterable[str]) -> list[str]:
-    """The pointers in ``changed`` that are neither at nor under any of ``prefixes``."""
+    """The pointers in ``changed`` not at, under or above any of ``prefixes``.
+
+    A changed leaf *above* a prefix is an empty container that was filled (or a container emptied)
+    by writing at the prefix: that change is the write itself, not collateral.
+    """
     bounds = tuple(prefixes)
     if "" in bounds:
         return []
-    return [p for p in changed if not any(p == q or p.startswith(q + "/") for q in bounds)]
+    return [p for p in changed if not any(p == q or p.startswith(q + "/") or q.startswith(p + "/") or p == "" for q in bounds)]
 
 
 def collateral_edits(before: Any, after: Any, touched: tuple[Tokens, ...]) -> list[str]:

@@ -123,7 +123,7 @@ def normalize_schema(
     out = normalizer.node(schema, "", 0)
     if isinstance(out, dict):
         out = {"$schema": DRAFT_2020_12, **{k: v for k, v in out.items() if k != "$schema"}}
-        _check_refs(out)
+        _check_refs(out, limits.max_depth)
     return NormalizedSchema(out, source, sha256_json(out), tuple(normalizer.notes))
 
 
@@ -277,7 +277,7 @@ class _Normalizer:
             del out["default"]
 
 
-def _check_refs(root: dict[str, Any]) -> None:
+def _check_refs(root: dict[str, Any], max_chain: int) -> None:
     """Every local $ref must resolve, and no $ref cycle may re-check an instance without progress."""
     refs: dict[str, str] = {}
     _collect_refs(root, "", refs)
@@ -290,7 +290,7 @@ def _check_refs(root: dict[str, Any]) -> None:
             raise SchemaCompileError(f"$ref {ref!r} resolves to nothing", where)
     explored: set[str] = set()
     for start in refs:
-        _find_cycle(root, start.rsplit("/$ref", 1)[0], refs, (), explored)
+        _find_cycle(root, start.rsplit("/$ref", 1)[0], refs, explored, max_chain)
 
 
 def _collect_refs(node: Any, ptr: str, refs: dict[str, str]) -> None:
@@ -306,28 +306,44 @@ def _collect_refs(node: Any, ptr: str, refs: dict[str, str]) -> None:
             _collect_refs(value, f"{ptr}/{i}", refs)
 
 
-def _find_cycle(root: dict[str, Any], schema_ptr: str, refs: dict[str, str], path: tuple[str, ...], explored: set[str]) -> None:
-    """Depth-first search over in-place applicators; ``explored`` keeps it linear in the schema size."""
-    if schema_ptr in path:
-        loop = " -> ".join("#" + p for p in (*path, schema_ptr))
-        raise SchemaCompileError(f"$ref cycle re-validates the same instance without progress: {loop}", schema_ptr)
-    if schema_ptr in explored:
-        return
-    node = resolve(root, parse_pointer(schema_ptr), None)
-    if not isinstance(node, dict):
-        return
-    path = (*path, schema_ptr)
-    ref = refs.get(f"{schema_ptr}/$ref")
-    if ref is not None:
-        _find_cycle(root, "" if ref == "#" else ref[1:], refs, path, explored)
-    for key in _IN_PLACE:
-        child = node.get(key)
-        if isinstance(child, list):
-            for i in range(len(child)):
-                _find_cycle(root, f"{schema_ptr}/{key}/{i}", refs, path, explored)
-        elif isinstance(child, dict) and key == "dependentSchemas":
-            for name in child:
-                _find_cycle(root, f"{schema_ptr}/{key}/{escape_token(name)}", refs, path, explored)
-        elif isinstance(child, dict):
-            _find_cycle(root, f"{schema_ptr}/{key}", refs, path, explored)
-    explored.add(schema_ptr)
+def _find_cycle(root: dict[str, Any], start: str, refs: dict[str, str], explored: set[str], max_chain: int) -> None:
+    """Iterative depth-first search over in-place applicators (no recursion, so no stack limit).
+
+    A cycle that re-validates the same instance never terminates; a chain of in-place references
+    longer than ``max_chain`` is refused too, since validators recurse along it.
+    """
+    stack: list[tuple[str, int]] = [(start, 0)]
+    path: list[str] = []
+    on_path: set[str] = set()
+    while stack:
+        ptr, depth = stack.pop()
+        if ptr == "\0done":
+            done = path.pop()
+            on_path.discard(done)
+            explored.add(done)
+            continue
+        if ptr in on_path:
+            loop = " -> ".join("#" + p for p in (*path, ptr))
+            raise SchemaCompileError(f"$ref cycle re-validates the same instance without progress: {loop}", ptr)
+        if ptr in explored:
+            continue
+        if depth > max_chain:
+            raise SchemaCompileError(f"chain of in-place references is longer than {max_chain}", ptr)
+        node = resolve(root, parse_pointer(ptr), None)
+        if not isinstance(node, dict):
+            explored.add(ptr)
+            continue
+        path.append(ptr)
+        on_path.add(ptr)
+        stack.append(("\0done", depth))
+        ref = refs.get(f"{ptr}/$ref")
+        if ref is not None:
+            stack.append(("" if ref == "#" else ref[1:], depth + 1))
+        for key in _IN_PLACE:
+            child = node.get(key)
+            if isinstance(child, list):
+                stack.extend((f"{ptr}/{key}/{i}", depth + 1) for i in range(len(child)))
+            elif isinstance(child, dict) and key == "dependentSchemas":
+                stack.extend((f"{ptr}/{key}/{escape_token(name)}", depth + 1) for name in child)
+            elif isinstance(child, dict):
+                stack.append((f"{ptr}/{key}", depth + 1))

@@ -247,6 +247,30 @@ def to_verifier_errors(instance: Any, raw: RawError) -> list[VerifierError]:
     return [VerifierError(code, format_pointer(tokens), expected, actual, message)]
 
 
+_INT_LIKE = re.compile(r"[+-]?[0-9]+")
+
+
+def _has_lossy_key(instance: Any) -> bool:
+    """Whether an object key would be mangled in jsonschema-rs error paths.
+
+    The Python binding turns integer-looking path segments into ints (``"00"`` and ``"+1"`` come
+    back as ``0`` and ``1``) and drops empty keys, so errors under such keys would point at the
+    wrong place; those instances are reported through the reference backend instead.
+    """
+    stack = [instance]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "" or (_INT_LIKE.fullmatch(key) and str(int(key)) != key):
+                    return True
+                if isinstance(value, (dict, list)):
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, (dict, list)))
+    return False
+
+
 class CompiledSchema:
     """A normalised schema compiled for one backend; compile through :func:`compile_schema`."""
 
@@ -256,6 +280,7 @@ class CompiledSchema:
         self.normalized = normalized
         self.backend_name = backend
         self._backend: Backend = RsBackend(normalized.schema) if backend == "rs" else PythonBackend(normalized.schema)
+        self._python: Backend | None = None
 
     @property
     def sha256(self) -> str:
@@ -272,10 +297,19 @@ class CompiledSchema:
         """Every schema error of ``instance`` (empty when valid), unsorted."""
         if self._backend.is_valid(instance):
             return []
+        backend = self._backend
+        if backend.name == "rs" and _has_lossy_key(instance):
+            backend = self._reference()
         out: list[VerifierError] = []
-        for raw in self._backend.raw_errors(instance):
+        for raw in backend.raw_errors(instance):
             out.extend(to_verifier_errors(instance, raw))
         return out
+
+    def _reference(self) -> Backend:
+        """The python backend, built on first need, for reports the rs binding cannot locate."""
+        if self._python is None:
+            self._python = PythonBackend(self.normalized.schema)
+        return self._python
 
 
 class _SchemaCache:

@@ -17,7 +17,9 @@ from typing import Any
 
 from .codes import Code
 
-_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string runs to its closing quote or, unterminated, to the end of the text: every match succeeds,
+# so the scan is linear even on text full of escaped quotes.
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
 _BRACKET_RE = re.compile(r"[\[\]{}]")
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _ABSTAIN_RE = re.compile(r"\s*ABSTAIN\b(?:\s*[:\-]\s*(?P<reason>.*))?\s*\Z", re.IGNORECASE | re.DOTALL)
@@ -161,11 +163,19 @@ def _decode_text(raw: str | bytes) -> str:
 
 def parse_json_text(raw: str | bytes, limits: ParseLimits = DEFAULT_LIMITS, finish_reason: str | None = None) -> ParsedResponse:
     """Parse exactly one JSON value, or say precisely why not."""
-    size = len(raw)
-    if not isinstance(raw, bytes) and size * 4 > limits.max_bytes:  # only then can UTF-8 size matter
-        size = len(raw.encode("utf-8", errors="surrogatepass"))
+    if isinstance(raw, bytes):
+        size = len(raw)
+    else:
+        try:
+            size = len(raw.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            size = len(raw.encode("utf-8", errors="surrogatepass"))
+            if size <= limits.max_bytes:
+                return ParsedResponse(Code.MALFORMED_JSON, raw, message=f"unpaired UTF-16 surrogate at character {exc.start}")
     if size > limits.max_bytes:
-        return ParsedResponse(Code.TOO_LARGE, _keep(raw), message=f"{size} bytes exceeds the limit of {limits.max_bytes}")
+        return ParsedResponse(
+            Code.TOO_LARGE, _keep(raw, limits.max_bytes), message=f"{size} bytes exceeds the limit of {limits.max_bytes}"
+        )
     try:
         text = _decode_text(raw)
     except _Reject as rej:
@@ -215,8 +225,17 @@ def _skip_ws(text: str, pos: int) -> int:
     return pos
 
 
-def _keep(raw: str | bytes) -> str:
-    """The raw text as a str for the ledger; undecodable bytes are kept visibly escaped."""
-    if isinstance(raw, bytes):
-        return raw.decode("utf-8", errors="backslashreplace")
-    return raw
+def _keep(raw: str | bytes, limit: int | None = None) -> str:
+    """The raw text as a str for the ledger; undecodable bytes are kept visibly escaped.
+
+    Text over the size limit is kept up to the limit and marked as cut: a ledger row must not
+    grow with whatever a generator or an attacker produced.
+    """
+    total = len(raw)
+    if limit is not None and total > limit:
+        raw = raw[:limit]
+    text = raw.decode("utf-8", errors="backslashreplace") if isinstance(raw, bytes) else raw
+    if limit is not None and total > limit:
+        unit = "bytes" if isinstance(raw, bytes) else "characters"
+        text += f"...<cut: {total} {unit} in all>"
+    return text

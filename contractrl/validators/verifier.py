@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .codes import Code
 from .contracts import EMPTY_CONTRACT, ContractSet
 from .report import VerifierReport
 from .schema import BackendName, CompiledSchema, compile_schema
@@ -38,7 +39,17 @@ class Verifier:
         return cls(compile_schema(schema, backend, dialect=dialect, lenient=lenient), contract, limits)
 
     def verify(self, instance: Any) -> VerifierReport:
-        """Every schema and cross-field error of ``instance``; ``accepted`` only when there are none."""
+        """Every schema and cross-field error of ``instance``; ``accepted`` only when there are none.
+
+        A value that is not JSON at all (an unpaired surrogate, a set, a NaN that bypassed parsing)
+        is rejected as ``malformed_json`` rather than raising: the verifier is total and fail-closed.
+        """
+        try:
+            return self._verify(instance)
+        except (TypeError, ValueError, UnicodeError, RecursionError) as exc:
+            return VerifierReport.single(Code.MALFORMED_JSON, f"not a JSON value the validator can check: {type(exc).__name__}")
+
+    def _verify(self, instance: Any) -> VerifierReport:
         if self.schema.is_valid(instance):
             if not self.contract:
                 return VerifierReport.accept()

@@ -1,0 +1,52 @@
+"""The built-in tool catalog: five families, six tools each, and their sandboxes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+from ..errors import ConfigError
+from .spec import Sandbox, ToolSpec
+from .tools import calendar, code_edit, database, files, http
+
+TOOL_FAMILIES: tuple[str, ...] = ("file", "calendar", "database", "http", "code")
+
+_SANDBOXES: dict[str, Callable[[int], Sandbox]] = {
+    "file": files.FilesSandbox,
+    "calendar": calendar.CalendarSandbox,
+    "database": database.DatabaseSandbox,
+    "http": http.HttpSandbox,
+    "code": code_edit.CodeEditSandbox,
+}
+_MODULES = (files, calendar, database, http, code_edit)
+
+
+@cache
+def all_tools() -> tuple[ToolSpec, ...]:
+    tools = tuple(t for module in _MODULES for t in module.TOOLS)
+    names = [t.name for t in tools]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"duplicate tool names in the catalog: {duplicates}")
+    return tools
+
+
+def tools_of(families: tuple[str, ...] | list[str]) -> tuple[ToolSpec, ...]:
+    unknown = set(families) - set(TOOL_FAMILIES)
+    if unknown:
+        raise ConfigError(f"unknown tool families {sorted(unknown)}; choose from {', '.join(TOOL_FAMILIES)}")
+    return tuple(t for t in all_tools() if t.family in families)
+
+
+def get_tool(name: str) -> ToolSpec:
+    for spec in all_tools():
+        if spec.name == name:
+            return spec
+    raise ConfigError(f"unknown tool {name!r}")
+
+
+def make_sandbox(family: str, seed: int) -> Sandbox:
+    """A fresh sandbox of ``family`` in the state ``seed`` determines."""
+    if family not in _SANDBOXES:
+        raise ConfigError(f"unknown tool family {family!r}")
+    return _SANDBOXES[family](seed)

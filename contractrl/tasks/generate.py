@@ -1,0 +1,144 @@
+"""Seeded case generation over the built-in catalog.
+
+Case ``i`` of a run depends only on (seed, i) and the configuration, never on the cases before it,
+so the same seed gives the same cases however the work is split. Corruption families are assigned
+round-robin, so every family gets its share; the tool and the sandbox seed are drawn per case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..validators import Verifier, load_contract, normalize_schema
+from ..validators.jsonvalue import canonical_json
+from .cases import ABSTAIN, Case, OfflineCase, PublicCase
+from .catalog import TOOL_FAMILIES, make_sandbox, tools_of
+from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
+from .requests import render_request
+from .spec import ToolSpec
+
+MAX_DRAWS = 200
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    seed: int
+    n: int
+    families: tuple[str, ...] = CORRUPTION_FAMILIES
+    tool_families: tuple[str, ...] = TOOL_FAMILIES
+    max_attempts: int = 2
+    max_ops: int = 2
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigError(f"n must be >= 1, got {self.n}")
+        unknown = set(self.families) - set(CORRUPTION_FAMILIES)
+        if unknown:
+            raise ConfigError(f"unknown corruption families {sorted(unknown)}; choose from {', '.join(CORRUPTION_FAMILIES)}")
+        if not self.families:
+            raise ConfigError("at least one corruption family is needed")
+        tools_of(self.tool_families)  # validates the names
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "n": self.n,
+            "families": list(self.families),
+            "tool_families": list(self.tool_families),
+            "max_attempts": self.max_attempts,
+            "max_ops": self.max_ops,
+        }
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()
+
+
+class CaseGenerator:
+    """Compiles each tool's verifier once and turns (seed, index) into one case."""
+
+    def __init__(self, config: GenerateConfig) -> None:
+        self.config = config
+        self.tools = tools_of(config.tool_families)
+        self._verifiers = {t.name: Verifier.build(t.schema, load_contract(t.contract)) for t in self.tools}
+        self._schema_sha = {t.name: normalize_schema(t.schema).sha256 for t in self.tools}
+
+    def case(self, index: int, reject: Callable[[Case], bool] | None = None) -> Case:
+        family = self.config.families[index % len(self.config.families)]
+        rng = random.Random(f"case:{self.config.seed}:{index}")
+        for draw in range(MAX_DRAWS):
+            spec = rng.choice(self.tools)
+            world_seed = rng.getrandbits(31)
+            args = spec.sample(rng, make_sandbox(spec.family, world_seed))
+            corruption = corrupt(family, spec, self._verifiers[spec.name], args, rng)
+            if corruption is None:
+                continue
+            built = self._build(index, draw, spec, world_seed, args, corruption, rng)
+            if built is not None and (reject is None or not reject(built)):
+                return built
+        raise ConfigError(
+            f"no {family!r} case could be built from tool families {list(self.config.tool_families)} in {MAX_DRAWS} draws"
+        )
+
+    def _build(
+        self, index: int, draw: int, spec: ToolSpec, world_seed: int, args: dict[str, Any], c: Corruption, rng: random.Random
+    ) -> Case | None:
+        source = c.target if c.target is not None else args
+        request = render_request(spec, source, rng, omit=c.omit, tool_output=c.tool_output)
+        if c.target is None:
+            expected: dict[str, Any] = {"abstain": True}
+        else:
+            outcome = make_sandbox(spec.family, world_seed).execute(spec.name, c.target)
+            if not outcome.ok:
+                return None
+            expected = {"abstain": False, **outcome.to_dict()}
+        case_id = "c" + _digest(self.config.seed, index, draw, spec.name, c.family)[:15]
+        public = PublicCase(
+            case_id=case_id,
+            family=c.family,
+            tool=spec.name,
+            tool_family=spec.family,
+            schema=spec.schema,
+            schema_sha256=self._schema_sha[spec.name],
+            schema_version=spec.version,
+            contract=spec.contract,
+            request=request,
+            candidate=c.candidate,
+            report=c.report,
+            immutable=spec.immutable,
+            max_attempts=self.config.max_attempts,
+            max_ops=max(self.config.max_ops, c.max_ops),
+            world_seed=world_seed,
+        )
+        if "withheld_value" in c.detail and _leaks(public, c.detail["withheld_value"]):
+            return None
+        offline = OfflineCase(
+            case_id=case_id,
+            target=c.target,
+            target_patch=c.gold_patch if c.gold_patch is not None else ABSTAIN,
+            expected=expected,
+            cluster="k" + _digest(spec.name, c.target if c.target is not None else [ABSTAIN, c.candidate])[:15],
+            corruption={"family": c.family, **c.detail, **({"schema_version": c.schema_version} if c.schema_version else {})},
+        )
+        return Case(public, offline)
+
+
+def _leaks(public: PublicCase, value: Any) -> bool:
+    """Whether a withheld value can be read anywhere in the public half."""
+    text = canonical_json(public.to_row())
+    needle = canonical_json(value)
+    return needle in text or (isinstance(value, str) and value in text) or (isinstance(value, str) and value in public.request)
+
+
+def generate_cases(
+    config: GenerateConfig, reject: Callable[[Case], bool] | None = None, progress: Iterable[int] | None = None
+) -> list[Case]:
+    """``config.n`` cases; ``reject`` lets a caller refuse a case (e.g. one overlapping another split)."""
+    generator = CaseGenerator(config)
+    indices = progress if progress is not None else range(config.n)
+    return [generator.case(i, reject) for i in indices]

@@ -1,0 +1,92 @@
+"""What a tool is to ContractRL: a schema, its contract, a sampler of valid calls and a sandbox.
+
+A :class:`ToolSpec` is pure data plus two functions: ``sample`` draws a valid argument object from
+a seeded RNG and the sandbox's initial state, and the family's :class:`Sandbox` executes a call
+deterministically in memory, returning a result and a side-effect trace. Nothing touches the real
+filesystem or network.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..validators.jsonvalue import canonical_json
+
+
+class SandboxError(Exception):
+    """A call the sandbox refuses: typed ``code`` (e.g. ``path_traversal``), never a crash."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """The observable outcome of one call: what the tool returned and what it changed."""
+
+    ok: bool
+    result: Any
+    effects: tuple[str, ...] = ()
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "result": self.result, "effects": list(self.effects), "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecResult:
+        return cls(bool(data["ok"]), data["result"], tuple(data["effects"]), data.get("error"))
+
+    def same_as(self, other: ExecResult) -> bool:
+        """Semantic equality: same status, same result (type-exact), same ordered side effects."""
+        return (
+            self.ok == other.ok
+            and self.error == other.error
+            and self.effects == other.effects
+            and canonical_json(self.result) == canonical_json(other.result)
+        )
+
+
+class Sandbox(Protocol):
+    """An in-memory world for one tool family, rebuilt from a seed for every execution."""
+
+    def execute(self, tool: str, args: dict[str, Any]) -> ExecResult: ...
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its JSON Schema (Draft 2020-12), cross-field rules and immutable identity paths.
+
+    ``labels`` name each top-level argument in requests ("the reminder in minutes"); ``renamed``
+    records the argument renames of the previous schema version, used by the stale-version
+    corruption; ``sample`` draws a valid call given the sandbox the call will run in.
+    """
+
+    name: str
+    family: str
+    description: str
+    schema: dict[str, Any]
+    sample: Callable[[random.Random, Any], dict[str, Any]]
+    intros: tuple[str, ...]
+    labels: dict[str, str] = field(default_factory=dict)
+    contract: dict[str, Any] = field(default_factory=lambda: {"rules": []})
+    immutable: tuple[str, ...] = ()
+    version: int = 2
+    renamed: tuple[tuple[str, str], ...] = ()
+
+    def label(self, key: str) -> str:
+        return self.labels.get(key, key.replace("_", " "))
+
+    def previous_schema(self) -> dict[str, Any]:
+        """The schema of version ``version - 1``: renamed arguments under their old names."""
+        schema = {**self.schema, "properties": dict(self.schema["properties"])}
+        required = list(schema.get("required", []))
+        for old, new in self.renamed:
+            schema["properties"][old] = schema["properties"].pop(new)
+            required = [old if r == new else r for r in required]
+        schema["required"] = required
+        return schema

@@ -1,0 +1,219 @@
+"""Case generation: every family flags the intended code, gold patches repair exactly, the oracle
+accepts targets and rejects near misses, files are reproducible, and nothing offline leaks."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from contractrl.cli import main
+from contractrl.errors import ConfigError
+from contractrl.tasks.audit import OverlapIndex, audit
+from contractrl.tasks.cases import Case
+from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, make_sandbox
+from contractrl.tasks.corruptions import ABSTAIN_FAMILIES, CORRUPTION_FAMILIES
+from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.tasks.offline import read_cases, semantic_outcome
+from contractrl.validators import Budgets, Code, RepairContract, Verifier, load_contract
+from contractrl.validators.jsonvalue import canonical_json
+
+
+@cache
+def _cases(seed: int = 11, n: int = 390) -> tuple[Case, ...]:
+    return tuple(generate_cases(GenerateConfig(seed=seed, n=n)))
+
+
+def _env(case: Case) -> RepairContract:
+    pub = case.public
+    verifier = Verifier.build(pub.schema, load_contract(pub.contract))
+    return RepairContract(verifier, Budgets(max_attempts=pub.max_attempts, max_ops=pub.max_ops), pub.immutable)
+
+
+def test_catalog_has_five_families_of_six_tools() -> None:
+    counts = Counter(t.family for t in all_tools())
+    assert counts == {family: 6 for family in TOOL_FAMILIES}
+    for spec in all_tools():
+        assert spec.immutable, f"{spec.name} declares no immutable identity path"
+        Verifier.build(spec.schema, load_contract(spec.contract))
+
+
+def test_catalog_uses_the_schema_features_the_paper_needs() -> None:
+    text = canonical_json([t.schema for t in all_tools()])
+    for feature in ('"oneOf"', '"const"', '"enum"', '"pattern"', '"format"', '"maxLength"', '"minimum"', '"items"'):
+        assert feature in text, feature
+    kinds = {rule["kind"] for t in all_tools() for rule in t.contract["rules"]}
+    assert {"compare", "unique"} <= kinds
+
+
+def test_every_family_is_generated_in_equal_share() -> None:
+    counts = Counter(c.public.family for c in _cases())
+    assert counts == {family: 30 for family in CORRUPTION_FAMILIES}
+    assert {c.public.tool_family for c in _cases()} == set(TOOL_FAMILIES)
+
+
+def test_every_case_is_flagged_with_the_intended_code_and_pointer() -> None:
+    for case in _cases():
+        pub = case.public
+        report = _env(case).initial_state(pub.candidate).report
+        assert not report.accepted, pub.case_id
+        found = {(e.code.value, e.pointer) for e in report.errors}
+        for code, pointer in case.offline.corruption["expect"]:
+            assert (code, pointer) in found, (pub.family, pub.tool, code, pointer, found)
+
+
+def test_public_report_is_true_except_for_feedback_families() -> None:
+    for case in _cases():
+        pub = case.public
+        true_report = _env(case).initial_state(pub.candidate).report.to_dict()
+        if pub.family in ("ambiguous_pointer", "wrong_pointer", "malformed_feedback"):
+            assert pub.report != true_report
+            assert case.offline.corruption["true_report"] == true_report
+        else:
+            assert pub.report == true_report, pub.family
+
+
+def test_gold_patches_repair_to_exactly_the_target_and_pass_the_oracle() -> None:
+    for case in _cases():
+        pub, off = case.public, case.offline
+        env = _env(case)
+        state = env.initial_state(pub.candidate)
+        if off.should_abstain:
+            assert pub.family in ABSTAIN_FAMILIES
+            result = env.step(state, "ABSTAIN")
+            assert semantic_outcome(pub, off, None, abstained=True).success
+            assert not semantic_outcome(pub, off, pub.candidate, abstained=False).success
+            continue
+        result = env.step(state, json.dumps(off.target_patch))
+        assert result.outcome is Code.ACCEPTED, (pub.family, pub.tool, result.record.message)
+        assert canonical_json(result.accepted_object) == canonical_json(off.target)
+        assert result.state.attempts_used == 1
+        assert semantic_outcome(pub, off, result.accepted_object, abstained=False).success
+        assert not semantic_outcome(pub, off, None, abstained=True).success
+
+
+def test_oracle_rejects_near_misses() -> None:
+    """One wrong value, or an extra side effect, is a semantic failure even if the schema passes."""
+    checked = 0
+    for case in _cases():
+        pub, off = case.public, case.offline
+        if off.should_abstain or off.expected.get("ok") is not True:
+            continue
+        target = off.target
+        verifier = Verifier.build(pub.schema, load_contract(pub.contract))
+        for key, value in target.items():
+            if isinstance(value, bool) and f"/{key}" not in pub.immutable:
+                near = {**target, key: not value}
+                if verifier.verify(near).accepted:
+                    outcome = semantic_outcome(pub, off, near, abstained=False)
+                    observed = make_sandbox(pub.tool_family, pub.world_seed).execute(pub.tool, near)
+                    if observed.to_dict() != {k: off.expected[k] for k in ("ok", "result", "effects", "error")}:
+                        assert not outcome.success
+                        checked += 1
+                break
+    assert checked >= 10
+
+
+def test_same_seed_gives_identical_cases_and_files(tmp_path: Path) -> None:
+    a = [c.public.to_row() for c in generate_cases(GenerateConfig(seed=5, n=60))]
+    b = [c.public.to_row() for c in generate_cases(GenerateConfig(seed=5, n=60))]
+    assert a == b
+    c = [c.public.to_row() for c in generate_cases(GenerateConfig(seed=6, n=60))]
+    assert a != c
+    for out in ("one", "two"):
+        assert main(["cases", "generate", "--seed", "5", "--n", "40", "--out", str(tmp_path / out)]) == 0
+    for name in ("public.parquet", "offline.parquet", "manifest.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    manifest = json.loads((tmp_path / "one" / "manifest.json").read_text())
+    assert manifest["seed"] == 5 and sum(manifest["counts"].values()) == 40
+
+
+def test_case_index_does_not_depend_on_other_cases() -> None:
+    """Case i is a function of (seed, i): generating a prefix gives the same first cases."""
+    short = generate_cases(GenerateConfig(seed=9, n=13))
+    long = generate_cases(GenerateConfig(seed=9, n=26))
+    assert [c.public.case_id for c in short] == [c.public.case_id for c in long[:13]]
+
+
+def test_no_offline_value_leaks_into_the_public_half() -> None:
+    cases = generate_cases(GenerateConfig(seed=23, n=2600))
+    for case in cases:
+        pub, off = case.public, case.offline
+        public_text = canonical_json(pub.to_row())
+        assert canonical_json(off.target_patch) not in public_text
+        if off.target is not None:
+            assert canonical_json(off.target) not in public_text
+        if pub.family == "unrepairable":
+            withheld = off.corruption["withheld_value"]
+            assert canonical_json(withheld) not in public_text
+            if isinstance(withheld, str):
+                assert withheld not in public_text and withheld not in pub.request
+
+
+def test_requests_carry_every_argument_value_of_repairable_cases() -> None:
+    for case in _cases():
+        if case.offline.target is None:
+            continue
+        for value in case.offline.target.values():
+            assert canonical_json(value) in case.public.request
+
+
+def test_split_generation_refuses_overlap_and_audit_reports_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train, held = tmp_path / "train", tmp_path / "held"
+    assert main(["cases", "generate", "--seed", "1", "--n", "60", "--out", str(train)]) == 0
+    assert main(["cases", "generate", "--seed", "2", "--n", "60", "--exclude", str(train), "--out", str(held)]) == 0
+    capsys.readouterr()
+    assert main(["cases", "audit", str(train), str(held), "--json"]) == 0
+    rows = {r["unit"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["case_id"]["overlap"] == 0 and rows["tool_name"]["overlap"] > 0
+    # the same set against itself overlaps everywhere: exit 1
+    assert main(["cases", "audit", str(train), str(train)]) == 1
+    assert "OVERLAP" in capsys.readouterr().out
+
+
+def test_transfer_split_by_tool_family_is_disjoint_on_tools_and_schemas() -> None:
+    train = generate_cases(GenerateConfig(seed=3, n=52, tool_families=("file", "calendar", "database", "http")))
+    held = generate_cases(GenerateConfig(seed=4, n=26, tool_families=("code",)))
+    rows = {r.unit: r for r in audit(train, held, ("tool_name", "schema_hash", "schema_shape", "case_id"))}
+    assert all(rows[u].ok for u in ("tool_name", "schema_hash", "case_id"))
+    index = OverlapIndex(train, ("tool_name",))
+    assert not any(index.collides(c) for c in held)
+
+
+def test_read_back_round_trips(tmp_path: Path) -> None:
+    assert main(["cases", "generate", "--seed", "8", "--n", "26", "--out", str(tmp_path)]) == 0
+    back = read_cases(tmp_path)
+    fresh = generate_cases(GenerateConfig(seed=8, n=26))
+    assert [c.public for c in back] == [c.public for c in fresh]
+    assert [c.offline for c in back] == [c.offline for c in fresh]
+
+
+def test_tampered_case_file_is_refused(tmp_path: Path) -> None:
+    assert main(["cases", "generate", "--seed", "8", "--n", "13", "--out", str(tmp_path)]) == 0
+    path = tmp_path / "public.parquet"
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(Exception, match="SHA-256"):
+        read_cases(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"n": 0}, {"families": ("made_up",)}, {"tool_families": ("kitchen",)}, {"families": ()}],
+)
+def test_bad_generation_config_is_a_clear_error(kwargs: dict) -> None:
+    with pytest.raises(ConfigError):
+        GenerateConfig(seed=1, **{"n": 5, **kwargs})
+
+
+def test_sandboxes_are_deterministic_per_seed() -> None:
+    rng = random.Random(0)
+    for spec in all_tools():
+        seed = rng.getrandbits(31)
+        args = spec.sample(random.Random(seed), make_sandbox(spec.family, seed))
+        first = make_sandbox(spec.family, seed).execute(spec.name, args)
+        second = make_sandbox(spec.family, seed).execute(spec.name, args)
+        assert first.ok and first.to_dict() == second.to_dict(), spec.name

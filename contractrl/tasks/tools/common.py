@@ -57,4 +57,7 @@ def obj(properties: dict[str, Any], required: list[str], **extra: Any) -> dict[s
 
 
 def id_schema(prefix: str) -> dict[str, Any]:
-    return {"type": "string", "pattern": f"^{prefix}_[0-9a-f]{{6}}$"}
+    """An identity string; the exact length keeps Python's ``$`` (which also matches before a final
+    newline) from accepting ``"cal_00a1b2\n"`` where jsonschema-rs rejects it."""
+    size = len(prefix) + 7
+    return {"type": "string", "pattern": f"^{prefix}_[0-9a-f]{{6}}$", "minLength": size, "maxLength": size}

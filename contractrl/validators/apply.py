@@ -20,7 +20,7 @@ from .pointer import Tokens, array_index, resolve
 _ABSENT = object()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ApplyResult:
     """The patched document, or the first operation that could not apply and why.
 

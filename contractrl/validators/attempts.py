@@ -33,6 +33,13 @@ _MALFORMED = frozenset(
 
 def classify_attempt(code: Code) -> AttemptClass:
     """The class of one attempt from the outcome code it ended in."""
+    found = _CLASS_OF.get(code)
+    if found is None:
+        raise ValueError(f"no attempt class for code {code!r}")
+    return found
+
+
+def _classify(code: Code) -> AttemptClass:
     if code is Code.ACCEPTED:
         return AttemptClass.ACCEPTED
     if code in (Code.REFUSAL, Code.ABSTAIN):
@@ -46,3 +53,6 @@ def classify_attempt(code: Code) -> AttemptClass:
     if code in SCHEMA_CODES or code in PATCH_CODES:
         return AttemptClass.SCHEMA_VIOLATION
     raise ValueError(f"no attempt class for code {code!r}")
+
+
+_CLASS_OF: dict[Code, AttemptClass] = {code: _classify(code) for code in Code}

@@ -51,6 +51,10 @@ class Code(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    # Hash as the plain string (C speed, and consistent with ``Code.X == "x"``): codes are
+    # looked up in sets and dicts on every transition.
+    __hash__ = str.__hash__
+
 
 RESPONSE_CODES = frozenset(
     {

@@ -16,7 +16,7 @@ from .patch import PatchOp
 from .pointer import Tokens, is_prefix
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MaskViolation:
     code: Code
     message: str

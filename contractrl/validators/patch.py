@@ -22,7 +22,7 @@ _NEEDS_FROM = frozenset({"move", "copy"})
 NO_VALUE: Any = object()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PatchOp:
     """One parsed operation; pointers are kept both as text (for ledgers) and as tokens."""
 
@@ -42,7 +42,7 @@ class PatchOp:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PatchAction:
     ops: tuple[PatchOp, ...]
     raw: str
@@ -51,19 +51,19 @@ class PatchAction:
         return [op.to_dict() for op in self.ops]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AbstainAction:
     raw: str
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RefusalAction:
     raw: str
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InvalidAction:
     """Text that is no admissible action; ``op_index`` names the offending operation if any."""
 

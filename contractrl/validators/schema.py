@@ -248,6 +248,7 @@ def to_verifier_errors(instance: Any, raw: RawError) -> list[VerifierError]:
 
 
 _INT_LIKE = re.compile(r"[+-]?[0-9]+")
+_INT_START = frozenset("+-0123456789")
 
 
 def _has_lossy_key(instance: Any) -> bool:
@@ -262,7 +263,7 @@ def _has_lossy_key(instance: Any) -> bool:
         node = stack.pop()
         if isinstance(node, dict):
             for key, value in node.items():
-                if key == "" or (_INT_LIKE.fullmatch(key) and str(int(key)) != key):
+                if key == "" or (key[0] in _INT_START and _INT_LIKE.fullmatch(key) and str(int(key)) != key):
                     return True
                 if isinstance(value, (dict, list)):
                     stack.append(value)
@@ -295,8 +296,10 @@ class CompiledSchema:
 
     def errors(self, instance: Any) -> list[VerifierError]:
         """Every schema error of ``instance`` (empty when valid), unsorted."""
-        if self._backend.is_valid(instance):
-            return []
+        return [] if self._backend.is_valid(instance) else self.errors_of_invalid(instance)
+
+    def errors_of_invalid(self, instance: Any) -> list[VerifierError]:
+        """The errors of an instance already known to be invalid (skips a second verdict)."""
         backend = self._backend
         if backend.name == "rs" and _has_lossy_key(instance):
             backend = self._reference()

@@ -46,7 +46,7 @@ class ParseLimits:
 DEFAULT_LIMITS = ParseLimits()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ParsedResponse:
     """What a response text turned out to be.
 

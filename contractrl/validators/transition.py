@@ -107,7 +107,7 @@ class PublicState:
 _FREE = frozenset({Code.ABSTAIN, Code.REFUSAL})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepResult:
     """The transition's answer. ``accepted_object`` is set only when the verifier accepted it; it
     shares structure with ``state.candidate`` (both are immutable by convention), so an executor

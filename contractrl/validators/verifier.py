@@ -55,7 +55,7 @@ class Verifier:
                 return VerifierReport.accept()
             errors = self.contract.check(instance)
         else:
-            errors = self.schema.errors(instance) + (self.contract.check(instance) if self.contract else [])
+            errors = self.schema.errors_of_invalid(instance) + (self.contract.check(instance) if self.contract else [])
         return VerifierReport.reject(errors) if errors else VerifierReport.accept()
 
     def verify_text(self, text: str | bytes, finish_reason: str | None = None) -> tuple[VerifierReport, Any]:

@@ -51,6 +51,36 @@ class ExecResult:
         )
 
 
+# Exceptions a handler raises when called directly with arguments the schema would have refused.
+_BAD_ARGUMENTS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def run_handler(
+    handler: Callable[[dict[str, Any]], ExecResult] | None,
+    args: Any,
+    errors: tuple[tuple[type[BaseException], str], ...] = (),
+) -> ExecResult:
+    """Run one tool handler so that no input can crash the sandbox.
+
+    Refusals (:class:`SandboxError`), family-specific exceptions mapped by ``errors`` (checked in
+    order) and arguments the schema would have refused all become a failed :class:`ExecResult`
+    with a typed error code.
+    """
+    if handler is None:
+        return ExecResult(False, None, (), "unknown_tool")
+    if not isinstance(args, dict):
+        return ExecResult(False, None, (), "bad_arguments")
+    try:
+        return handler(args)
+    except SandboxError as err:
+        return ExecResult(False, None, (), err.code)
+    except Exception as exc:
+        for kind, code in (*errors, (_BAD_ARGUMENTS, "bad_arguments")):
+            if isinstance(exc, kind):
+                return ExecResult(False, None, (), code)
+        raise
+
+
 class Sandbox(Protocol):
     """An in-memory world for one tool family, rebuilt from a seed for every execution."""
 

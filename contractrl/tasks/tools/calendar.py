@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..spec import ExecResult, SandboxError, ToolSpec
+from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
 from .common import email, hex_id, id_schema, iso_date, iso_datetime, obj, parse_iso, stable_id, words
 
 WEEKDAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
@@ -46,10 +46,8 @@ class CalendarSandbox:
         return events[event_id]
 
     def execute(self, tool: str, args: dict[str, Any]) -> ExecResult:
-        try:
-            return getattr(self, f"_{tool}")(args)
-        except SandboxError as err:
-            return ExecResult(False, None, (), err.code)
+        handler = getattr(self, f"_{tool}", None) if isinstance(tool, str) and tool in _TOOL_NAMES else None
+        return run_handler(handler, args)
 
     def _create_event(self, a: dict[str, Any]) -> ExecResult:
         cal = self._calendar(a["calendar_id"])
@@ -350,3 +348,5 @@ TOOLS: tuple[ToolSpec, ...] = (
         intros=("Set reminders for this event.", "Remind me before the event.", "Please change the event reminders."),
     ),
 )
+
+_TOOL_NAMES = frozenset(spec.name for spec in TOOLS)

@@ -20,7 +20,7 @@ from datetime import date
 from typing import Any
 
 from ...validators.jsonvalue import canonical_json
-from ..spec import ExecResult, SandboxError, ToolSpec
+from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
 from .common import DOMAINS, FIRST_NAMES, hex_id, id_schema, iso_date, obj, words
 
 TIERS = ["free", "pro", "enterprise"]
@@ -250,19 +250,9 @@ class DatabaseSandbox:
     # -- execution ---------------------------------------------------------------------------
 
     def execute(self, tool: str, args: dict[str, Any]) -> ExecResult:
-        handler = _HANDLERS.get(tool)
-        if handler is None:
-            return ExecResult(False, None, (), "unknown_tool")
-        try:
-            return handler(self, args)
-        except SandboxError as err:
-            return ExecResult(False, None, (), err.code)
-        except sqlite3.IntegrityError:
-            return ExecResult(False, None, (), "constraint_violation")
-        except sqlite3.Error:
-            return ExecResult(False, None, (), "sql_error")
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return ExecResult(False, None, (), "bad_arguments")
+        handler = _HANDLERS.get(tool) if isinstance(tool, str) else None
+        bound = (lambda a: handler(self, a)) if handler else None
+        return run_handler(bound, args, ((sqlite3.IntegrityError, "constraint_violation"), (sqlite3.Error, "sql_error")))
 
     @staticmethod
     @contextmanager

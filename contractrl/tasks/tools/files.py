@@ -13,7 +13,7 @@ import random
 import re
 from typing import Any
 
-from ..spec import ExecResult, SandboxError, ToolSpec
+from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
 from .common import WORDS, email, hex_id, id_schema, obj, words
 
 ENCODINGS = ["utf-8", "ascii", "latin-1"]
@@ -149,16 +149,7 @@ class FilesSandbox:
 
     def execute(self, tool: str, args: dict[str, Any]) -> ExecResult:
         handler = getattr(self, f"_{tool}", None) if isinstance(tool, str) and tool in _TOOL_NAMES else None
-        if handler is None:
-            return ExecResult(False, None, (), "unknown_tool")
-        try:
-            if not isinstance(args, dict):
-                raise SandboxError("bad_arguments", "arguments must be an object")
-            return handler(args)
-        except SandboxError as err:
-            return ExecResult(False, None, (), err.code)
-        except (KeyError, TypeError, ValueError, AttributeError):  # schema-violating arguments, called directly
-            return ExecResult(False, None, (), "bad_arguments")
+        return run_handler(handler, args)
 
     def _read_file(self, a: dict[str, Any]) -> ExecResult:
         path = clean_path(a["path"])

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...validators.jsonvalue import canonical_json, deep_copy
-from ..spec import ExecResult, SandboxError, ToolSpec
+from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
 from .common import DOMAINS, FIRST_NAMES, WORDS, email, hex_id, id_schema, iso_datetime, obj, stable_id, words
 
 SERVICES = ["billing", "inventory", "users"]
@@ -209,15 +209,8 @@ class HttpSandbox:
     # -- execution ---------------------------------------------------------------------------
 
     def execute(self, tool: str, args: dict[str, Any]) -> ExecResult:
-        handler = _HANDLERS.get(tool)
-        if handler is None:
-            return ExecResult(False, None, (), "unknown_tool")
-        try:
-            return handler(self, args)
-        except SandboxError as err:
-            return ExecResult(False, None, (), err.code)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return ExecResult(False, None, (), "bad_arguments")
+        handler = _HANDLERS.get(tool) if isinstance(tool, str) else None
+        return run_handler((lambda a: handler(self, a)) if handler else None, args)
 
     def _idempotent(self, tool: str, a: dict[str, Any], run: Callable[[], ExecResult]) -> ExecResult:
         """Run ``run`` once per idempotency key: a repeat replays the first response with no effects.

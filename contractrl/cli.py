@@ -9,12 +9,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from . import __version__
 from .errors import ContractRLError
 from .io import read_bytes, read_json_file
 from .validators import Budgets, RepairContract, Verifier, VerifierReport, load_contract
+from .validators.contracts import EMPTY_CONTRACT
 from .validators.patch import OP_KINDS
 from .validators.schema import BACKENDS
 
@@ -27,9 +29,8 @@ def _emit(payload: Any) -> None:
 
 def _verifier(args: argparse.Namespace) -> Verifier:
     schema = read_json_file(args.schema, "schema")
-    contract = load_contract(read_json_file(args.contract, "contract")) if args.contract else None
-    kwargs: dict[str, Any] = {"backend": args.backend, "lenient": args.lenient}
-    return Verifier.build(schema, contract, **kwargs) if contract else Verifier.build(schema, **kwargs)
+    contract = load_contract(read_json_file(args.contract, "contract")) if args.contract else EMPTY_CONTRACT
+    return Verifier.build(schema, contract, backend=args.backend, lenient=args.lenient)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -52,7 +53,9 @@ def cmd_patch(args: argparse.Namespace) -> int:
     call = read_json_file(args.call, "call")
     patch_text = read_bytes(args.patch, "patch")
     contract = RepairContract(verifier, Budgets(max_attempts=1, max_ops=args.max_ops, allowed_ops=args.allow_ops), args.immutable)
-    result = contract.step(contract.initial_state(call), patch_text)
+    # a call that already validates is still patched: the user asked for this edit to be checked
+    state = replace(contract.initial_state(call), done=False, outcome=None)
+    result = contract.step(state, patch_text)
     if result.patched is not None:
         report = result.state.report
     else:

@@ -171,3 +171,10 @@ def test_console_script_and_demo_run_end_to_end(files: dict[str, Path]) -> None:
         "cross_field",
     ):
         assert code in demo.stdout
+
+
+def test_patch_on_an_already_valid_call_is_still_checked(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    files["patch"].write_text('[{"op": "replace", "path": "/n", "value": "x"}]')
+    args = ["patch", "--schema", str(files["schema"]), "--call", str(files["good"]), "--patch", str(files["patch"])]
+    status, out = _run(capsys, *args)
+    assert status == 1 and out["outcome"] == "wrong_type"

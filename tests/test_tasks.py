@@ -217,3 +217,19 @@ def test_sandboxes_are_deterministic_per_seed() -> None:
         first = make_sandbox(spec.family, seed).execute(spec.name, args)
         second = make_sandbox(spec.family, seed).execute(spec.name, args)
         assert first.ok and first.to_dict() == second.to_dict(), spec.name
+
+
+def test_oracle_rejects_one_extra_side_effect() -> None:
+    """A call whose run leaves one side effect more than the target's is not the intended call."""
+    from dataclasses import replace
+
+    checked = 0
+    for case in _cases():
+        pub, off = case.public, case.offline
+        if off.should_abstain or len(off.expected["effects"]) < 1:
+            continue
+        fewer = {**off.expected, "effects": off.expected["effects"][:-1]}
+        assert semantic_outcome(pub, off, off.target, abstained=False).success
+        assert not semantic_outcome(pub, replace(off, expected=fewer), off.target, abstained=False).success
+        checked += 1
+    assert checked >= 100

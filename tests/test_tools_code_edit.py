@@ -1,15 +1,16 @@
-"""The code tool family: valid samples, deterministic execution, path safety and inert source text."""
+"""The code tool family: path safety, inert source text, renames, commits and the simulated test runner.
+
+The invariants every tool keeps (shape, bounded schema, valid samples, determinism) are in test_catalog.py.
+"""
 
 from __future__ import annotations
 
 import copy
-import functools
-import json
 import random
 
 import pytest
 
-from contractrl.tasks.spec import ExecResult, SandboxError, ToolSpec
+from contractrl.tasks.spec import SandboxError
 from contractrl.tasks.tools.code_edit import (
     BRANCH,
     MESSAGE,
@@ -22,10 +23,10 @@ from contractrl.tasks.tools.code_edit import (
     join_lines,
     split_lines,
 )
-from contractrl.validators import Verifier, load_contract
+from contractrl.validators import Verifier
 
-SEEDS = range(50)
-BACKENDS = ("rs", "python")
+from .test_catalog import BACKENDS, sample, verifier
+
 SPECS = {spec.name: spec for spec in TOOLS}
 TRAVERSALS = ("../x", "/etc/passwd", "a/../../b", "..", "src/..", "..\\windows", "C:/boot.ini", "./../x")
 HOSTILE = (
@@ -37,17 +38,6 @@ HOSTILE = (
 PATH_TOOLS = ("replace_in_file", "insert_lines", "rename_symbol")
 
 
-@functools.cache
-def verifier(name: str, backend: str) -> Verifier:
-    spec = SPECS[name]
-    return Verifier.build(spec.schema, load_contract(spec.contract), backend=backend)
-
-
-def sample(name: str, seed: int) -> tuple[CodeEditSandbox, dict]:
-    box = CodeEditSandbox(seed)
-    return box, SPECS[name].sample(random.Random(f"sample:{name}:{seed}"), box)
-
-
 def first_repo(box: CodeEditSandbox) -> str:
     return sorted(box.repos)[0]
 
@@ -56,74 +46,14 @@ def src_file(box: CodeEditSandbox, repo: str) -> str:
     return sorted(p for p in box.repos[repo]["branches"]["main"]["work"] if p.startswith("src/"))[0]
 
 
-def test_family_shape() -> None:
-    assert len(TOOLS) == 6
-    assert len(SPECS) == 6
-    assert {spec.family for spec in TOOLS} == {"code"}
-    assert any(spec.renamed for spec in TOOLS)
+def test_branch_is_immutable_except_for_run_tests() -> None:
     for spec in TOOLS:
-        props = spec.schema["properties"]
-        assert spec.schema["additionalProperties"] is False
-        assert len(spec.intros) == 3
-        assert set(spec.labels) <= set(props), spec.name
-        assert all(p.count("/") == 1 and p[1:] in props for p in spec.immutable), spec.name
-        assert "/repo_id" in spec.immutable
-        if "branch" in props and spec.name != "run_tests":
+        if "branch" in spec.schema["properties"] and spec.name != "run_tests":
             assert "/branch" in spec.immutable, spec.name
-        for old, new in spec.renamed:
-            assert new in props and new in spec.schema["required"] and old not in props
-            assert f"/{new}" not in spec.immutable  # the stale-schema repair moves it
-
-
-def _walk(schema: object, where: str = ""):
-    if isinstance(schema, dict):
-        yield where, schema
-        for key, value in schema.items():
-            yield from _walk(value, f"{where}/{key}")
-    elif isinstance(schema, list):
-        for i, value in enumerate(schema):
-            yield from _walk(value, f"{where}/{i}")
-
-
-@pytest.mark.parametrize("spec", TOOLS, ids=lambda s: s.name)
-def test_schema_is_bounded(spec: ToolSpec) -> None:
-    for where, node in _walk(spec.schema):
-        if node.get("type") == "string":
-            assert {"maxLength", "pattern", "format"} & node.keys(), f"{spec.name}{where}"
-        if node.get("type") == "integer":
-            assert "minimum" in node and "maximum" in node, f"{spec.name}{where}"
-        if node.get("type") == "object":
-            assert node.get("additionalProperties") is False, f"{spec.name}{where}"
-        if node.get("type") == "array":
-            assert "maxItems" in node, f"{spec.name}{where}"
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_samples_are_valid(name: str, backend: str) -> None:
-    for seed in SEEDS:
-        _, args = sample(name, seed)
-        report = verifier(name, backend).verify(args)
-        assert report.accepted, (name, seed, args, report.to_dict())
-
-
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_samples_execute_deterministically(name: str) -> None:
-    for seed in SEEDS:
-        _, args = sample(name, seed)
-        assert args == sample(name, seed)[1]
-        first = CodeEditSandbox(seed).execute(name, copy.deepcopy(args))
-        second = CodeEditSandbox(seed).execute(name, copy.deepcopy(args))
-        assert first.ok, (name, seed, args, first)
-        assert first.effects, (name, seed)
-        assert first.to_dict() == second.to_dict()
-        assert first.same_as(second)
-        assert json.loads(json.dumps(first.to_dict(), allow_nan=False)) == first.to_dict()
-        assert ExecResult.from_dict(first.to_dict()).same_as(first)
 
 
 def test_sandbox_state_is_rebuilt_from_the_seed() -> None:
-    for seed in SEEDS:
+    for seed in range(50):
         box = CodeEditSandbox(seed)
         assert box.repos == CodeEditSandbox(seed).repos
         for repo in box.repos.values():
@@ -187,13 +117,11 @@ def test_lines_are_split_on_newline_only() -> None:
     assert split_lines("") == [] and join_lines([]) == ""
 
 
-def test_unknown_ids_are_not_found() -> None:
+def test_unknown_branches_and_files_are_not_found() -> None:
     for seed in range(10):
         box = CodeEditSandbox(seed)
-        missing = next(f"repo_{i:06x}" for i in range(100) if f"repo_{i:06x}" not in box.repos)
         for name in sorted(SPECS):
             _, args = sample(name, seed)
-            assert box.execute(name, {**args, "repo_id": missing}).error == "not_found", name
             if "branch" in args:
                 assert box.execute(name, {**args, "branch": "no-such-branch"}).error == "not_found", name
         repo = first_repo(box)
@@ -321,30 +249,13 @@ def test_run_tests_selectors_and_budget() -> None:
         assert not check.verify({"repo_id": repo, "branch": "main", "selector": {"kind": "pattern"}}).accepted
 
 
-def test_unknown_tool_and_malformed_arguments_are_typed_errors() -> None:
+def test_malformed_arguments_are_typed_errors() -> None:
     box = CodeEditSandbox(0)
     repo = first_repo(box)
-    assert box.execute("push", {}).error == "unknown_tool"
-    assert box.execute("_repo", {"repo_id": repo}).error == "unknown_tool"
-    assert box.execute("commit", None).error == "bad_arguments"  # type: ignore[arg-type]
     assert box.execute("run_tests", {"repo_id": repo}).error == "bad_arguments"
     assert box.execute("run_tests", {"repo_id": repo, "branch": "main", "selector": {"kind": "some"}}).error == "bad_arguments"
     with pytest.raises(SandboxError):
         check_branch_name(None)
-
-
-@pytest.mark.parametrize("spec", [s for s in TOOLS if s.renamed], ids=lambda s: s.name)
-def test_previous_schema_compiles(spec: ToolSpec) -> None:
-    previous = spec.previous_schema()
-    for old, new in spec.renamed:
-        assert old in previous["properties"] and new not in previous["properties"]
-        assert (old in previous["required"]) == (new in spec.schema["required"])
-    for backend in BACKENDS:
-        check = Verifier.build(previous, backend=backend)
-        _, args = sample(spec.name, 0)
-        old_args = {next((o for o, n in spec.renamed if n == k), k): v for k, v in args.items()}
-        assert check.verify(old_args).accepted
-        assert not check.verify(args).accepted
 
 
 TOKENS = (

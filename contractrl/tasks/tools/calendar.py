@@ -226,7 +226,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "reminder": REMINDER,
                 "recurrence": RECURRENCE,
             },
-            ["calendar_id", "title", "start", "end"],
+            ["calendar_id", "title", "start", "end", "attendees"],
         ),
         contract={"rules": [_ORDER]},
         immutable=("/calendar_id",),

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import __version__
-from .errors import ContractRLError
+from .errors import ConfigError, ContractRLError
 from .io import read_bytes, read_json_file
 from .validators import Budgets, RepairContract, Verifier, VerifierReport, load_contract
 from .validators.contracts import EMPTY_CONTRACT
@@ -153,6 +153,65 @@ def cmd_screen(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REJECTED
 
 
+def _policy(spec: str, cases_dir: str) -> Any:
+    from .rollout.policies import ABSTAIN, HeuristicPolicy, ReplayPolicy
+
+    if spec == "heuristic":
+        return HeuristicPolicy()
+    if spec == "replay":
+        # the mechanism check replays the precomputed patches: read here, never inside rollout code
+        from .tasks.offline import read_offline
+
+        attempts = {
+            case_id: [ABSTAIN if off.should_abstain else json.dumps(off.target_patch)]
+            for case_id, off in read_offline(cases_dir).items()
+        }
+        return ReplayPolicy(attempts)
+    if spec.startswith("hf:"):
+        raise ConfigError("hf:<model> policies need the model stack of the trainer, which is not in this release yet")
+    raise ConfigError(f"unknown policy {spec!r}; use replay, heuristic or hf:<name-or-path>")
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .rollout.pool import RayPool
+    from .rollout.run import write_run
+    from .rollout.runner import EpisodeRunner, LocalPool
+    from .tasks.store import read_manifest, read_public
+
+    cases = read_public(args.cases)
+    if args.workers < 0 or args.group < 1:
+        raise ConfigError("--workers must be >= 0 and --group >= 1")
+    policy = _policy(args.policy, args.cases)
+    pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
+    runner = EpisodeRunner(policy, pool, arm=args.arm)
+    config = {
+        "cases_manifest_sha256": read_manifest(args.cases)["files"],
+        "policy": args.policy,
+        "arm": args.arm,
+        "group": args.group,
+        "seed": args.seed,
+    }
+    progress = tqdm(total=len(cases) * args.group, desc="episodes", unit="ep", disable=None, file=sys.stderr)
+    digest = write_run(args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress)
+    progress.close()
+    _emit({"run_dir": str(args.out), "ledger_sha256": digest, "episodes": len(cases) * args.group})
+    return EXIT_OK
+
+
+def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    from .rollout.ledger import LedgerIntegrityError, read_ledger
+
+    try:
+        rows = read_ledger(args.run_dir)
+    except LedgerIntegrityError as exc:
+        _emit({"ok": False, "first_bad_row": exc.row, "error": str(exc)})
+        return EXIT_REJECTED
+    _emit({"ok": True, "rows": len(rows)})
+    return EXIT_OK
+
+
 def _add_verifier_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schema", required=True, help="JSON Schema file (BFCL, draft-04/06/07 or 2020-12)")
     p.add_argument("--call", required=True, help="the tool call's arguments as JSON")
@@ -204,6 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--disjoint", type=_csv, help="units that must not overlap")
     aud.add_argument("--json", action="store_true")
     aud.set_defaults(func=cmd_cases_audit)
+
+    rollout = sub.add_parser("rollout", help="run repair episodes over a case set into a frozen, hashed ledger")
+    rollout.add_argument("--cases", required=True, help="a case set written by `cases generate`")
+    rollout.add_argument("--policy", required=True, help="replay | heuristic | hf:<name-or-path>")
+    rollout.add_argument("--arm", default="contractrl", choices=("contractrl", "patch_sft", "full_regen", "constrained"))
+    rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
+    rollout.add_argument("--group", type=int, default=1, help="episodes per case (G)")
+    rollout.add_argument("--seed", type=int, default=0)
+    rollout.add_argument("--out", required=True, help="a new run directory")
+    rollout.set_defaults(func=cmd_rollout)
+
+    ledger = sub.add_parser("ledger", help="ledger tools")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+    verify = ledger_sub.add_parser("verify", help="exit 0 if the hash chain and the frozen digest hold, 1 otherwise")
+    verify.add_argument("run_dir")
+    verify.set_defaults(func=cmd_ledger_verify)
 
     screen = sub.add_parser("screen", help="the BFCL mechanism screen (a protocol check, not a learned result)")
     screen.add_argument("--bfcl", required=True, help="BFCL data directory with possible_answer/")

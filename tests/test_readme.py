@@ -24,7 +24,7 @@ def _readme_commands() -> list[list[str]]:
 
 def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
     commands = _readme_commands()
-    assert {c[1] for c in commands} >= {"check", "patch", "demo", "cases", "screen"}, commands
+    assert {c[1] for c in commands} >= {"check", "patch", "demo", "cases", "screen", "rollout", "ledger"}, commands
     shutil.copytree(REPO_ROOT / "examples", tmp_path / "examples")
     exe = Path(sys.executable).with_name("contractrl")
     prefix = [str(exe)] if exe.exists() else [sys.executable, "-m", "contractrl"]
@@ -40,6 +40,8 @@ def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
             assert [e["code"] for e in json.loads(proc.stdout)["errors"]] == ["wrong_type", "enum_mismatch"]
         if argv[1] == "patch":
             assert json.loads(proc.stdout)["outcome"] == "accepted"
+        if argv[1] == "rollout":
+            assert len(json.loads(proc.stdout)["ledger_sha256"]) == 64
         if argv[1] == "screen":
             result = json.loads(proc.stdout)
             assert result["cases"] == result["schema_valid"] == result["object_match"] == 64

@@ -1,0 +1,1 @@
+"""Rollout: repair episodes over public cases, and the hashed, append-only ledger they go into."""

@@ -1,0 +1,171 @@
+"""The repair environment over one public case (plain Python; Ray actors wrap it elsewhere).
+
+``reset`` exposes the case's public report, which for the feedback-noise families is deliberately
+imprecise; every later report comes from the real verifier. An accepted object is dispatched to
+the case's sandbox exactly once. The environment takes a :class:`PublicCase` and nothing else, so
+no offline field can reach a policy through it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..tasks.cases import PublicCase
+from ..tasks.catalog import make_sandbox
+from ..validators import Budgets, Code, PublicState, RepairContract, Verifier, VerifierReport, load_contract
+from ..validators.attempts import AttemptClass
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One attempt as the ledger keeps it: raw text, typed outcome, cost."""
+
+    attempt: int
+    raw: str
+    outcome: str
+    attempt_class: str
+    pointer: str
+    message: str
+    ops: tuple[dict[str, Any], ...]
+    ops_applied: int
+    validator_calls: int
+    generated_tokens: int
+    prompt_tokens: int
+    collateral: tuple[str, ...]
+    off_pointer: tuple[str, ...]
+    finish_reason: str | None
+    wall_s: float
+
+    def to_dict(self, *, with_time: bool = False) -> dict[str, Any]:
+        out = {
+            "attempt": self.attempt,
+            "raw": self.raw,
+            "outcome": self.outcome,
+            "attempt_class": self.attempt_class,
+            "pointer": self.pointer,
+            "message": self.message,
+            "ops": list(self.ops),
+            "ops_applied": self.ops_applied,
+            "validator_calls": self.validator_calls,
+            "generated_tokens": self.generated_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "collateral": list(self.collateral),
+            "off_pointer": list(self.off_pointer),
+            "finish_reason": self.finish_reason,
+        }
+        if with_time:
+            out["wall_s"] = self.wall_s
+        return out
+
+
+@dataclass
+class EpisodeLog:
+    """Everything one episode did, in order; becomes one ledger row."""
+
+    steps: list[StepRecord] = field(default_factory=list)
+    dispatched: Any = None
+    tool_result: dict[str, Any] | None = None
+    final_outcome: str | None = None
+
+
+class RepairEnv:
+    """reset(public case) -> state; step(action text) -> (state, step record)."""
+
+    def __init__(self, case: PublicCase) -> None:
+        self.case = case
+        verifier = Verifier.build(case.schema, load_contract(case.contract))
+        self.contract = RepairContract(verifier, Budgets(max_attempts=case.max_attempts, max_ops=case.max_ops), case.immutable)
+        self.state: PublicState | None = None
+        self.log = EpisodeLog()
+
+    def reset(self) -> PublicState:
+        initial = self.contract.initial_state(self.case.candidate)
+        # the case's public report is what the policy sees first (it may be deliberately noisy)
+        self.state = PublicState(
+            candidate=initial.candidate,
+            report=VerifierReport.from_dict(self.case.report),
+            history=(),
+            attempts_left=initial.attempts_left,
+            ops_left=initial.ops_left,
+            immutable=initial.immutable,
+            done=initial.done,
+            outcome=initial.outcome,
+        )
+        self.log = EpisodeLog()
+        return self.state
+
+    def step(
+        self, text: str | bytes, *, finish_reason: str | None = None, generated_tokens: int = 0, prompt_tokens: int = 0
+    ) -> tuple[PublicState, StepRecord]:
+        if self.state is None:
+            raise RuntimeError("call reset() before step()")
+        start = time.perf_counter()
+        result = self.contract.step(self.state, text, finish_reason=finish_reason)
+        if result.accepted_object is not None and self.log.dispatched is None:
+            self.log.dispatched = result.accepted_object
+            outcome = make_sandbox(self.case.tool_family, self.case.world_seed).execute(self.case.tool, result.accepted_object)
+            self.log.tool_result = outcome.to_dict()
+        self.state = result.state
+        if self.state.done:
+            self.log.final_outcome = (self.state.outcome or result.outcome).value
+        rec = result.record
+        record = StepRecord(
+            attempt=rec.attempt,
+            raw=rec.raw,
+            outcome=rec.outcome.value,
+            attempt_class=rec.attempt_class.value,
+            pointer=rec.pointer,
+            message=rec.message,
+            ops=rec.ops,
+            ops_applied=rec.ops_applied,
+            validator_calls=rec.validator_calls,
+            generated_tokens=generated_tokens,
+            prompt_tokens=prompt_tokens,
+            collateral=rec.collateral,
+            off_pointer=rec.off_pointer,
+            finish_reason=finish_reason,
+            wall_s=time.perf_counter() - start,
+        )
+        self.log.steps.append(record)
+        return self.state, record
+
+    @property
+    def done(self) -> bool:
+        return self.state is not None and self.state.done
+
+
+def episode_row(case: PublicCase, log: EpisodeLog, *, arm: str, policy: str, seed: int, sample: int) -> dict[str, Any]:
+    """The ledger row of one finished episode (public information only)."""
+    steps = log.steps
+    patch_attempts = sum(
+        1 for s in steps if s.attempt_class != AttemptClass.EXHAUSTED.value and s.outcome not in ("abstain", "refusal")
+    )
+    return {
+        "episode_id": f"{case.case_id}/{arm}/{seed}/{sample}",
+        "case_id": case.case_id,
+        "case_family": case.family,
+        "tool": case.tool,
+        "tool_family": case.tool_family,
+        "arm": arm,
+        "policy": policy,
+        "seed": seed,
+        "sample": sample,
+        "attempts": [s.to_dict() for s in steps],
+        "outcome": log.final_outcome or "unfinished",
+        "accepted": log.dispatched is not None,
+        "abstained": any(s.outcome == Code.ABSTAIN.value for s in steps),
+        "dispatched": log.dispatched,
+        "tool_result": log.tool_result,
+        "patch_attempts": patch_attempts,
+        "retries": max(0, patch_attempts - 1),
+        "first_attempt_valid": bool(steps) and steps[0].outcome == Code.ACCEPTED.value,
+        "ops_applied": sum(s.ops_applied for s in steps),
+        "validator_calls": sum(s.validator_calls for s in steps),
+        "generated_tokens": sum(s.generated_tokens for s in steps),
+        "prompt_tokens": sum(s.prompt_tokens for s in steps),
+        "collateral": sum(len(s.collateral) for s in steps),
+        "off_pointer": sum(len(s.off_pointer) for s in steps),
+        "wall_s": sum(s.wall_s for s in steps),
+    }

@@ -1,0 +1,77 @@
+"""Ray at the edge: a pool of CPU actors that wrap :class:`EpisodeWorker`.
+
+Locally this starts Ray on one machine; under ``ray job submit`` (or with ``RAY_ADDRESS`` set) the
+same code connects to the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from ..errors import ConfigError
+from .worker import EpisodeWorker, StepOutcome
+
+
+def ensure_ray(num_cpus: int | None = None) -> None:
+    """Start (or connect to) Ray once per process."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+
+class RayPool:
+    """``size`` ValidatorWorker actors (one CPU each); a dead actor is replaced on request."""
+
+    def __init__(self, size: int, num_cpus_per_worker: float = 1.0, start_timeout_s: float = 120.0) -> None:
+        import ray
+
+        ensure_ray()
+        self.size = size
+        self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0)(EpisodeWorker)
+        self.actors = [self._actor_cls.remote() for _ in range(size)]
+        try:
+            ray.get([actor.ping.remote() for actor in self.actors], timeout=start_timeout_s)
+        except ray.exceptions.GetTimeoutError as exc:
+            self.shutdown()
+            free = ray.available_resources().get("CPU", 0)
+            raise ConfigError(
+                f"{size} validator workers need {size * num_cpus_per_worker:g} CPUs; the Ray cluster has {free:g} free"
+            ) from exc
+
+    def call(self, method: str, batches: dict[int, list[Any]]) -> dict[int, list[StepOutcome] | Exception]:
+        import ray
+
+        futures = {slot: getattr(self.actors[slot], method).remote(batch) for slot, batch in batches.items()}
+        results: dict[int, list[StepOutcome] | Exception] = {}
+        for slot, future in futures.items():
+            try:
+                results[slot] = ray.get(future)
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
+                results[slot] = exc
+        return results
+
+    def restart(self, slot: int) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):  # the actor may already be dead
+            ray.kill(self.actors[slot])
+        self.actors[slot] = self._actor_cls.remote()
+
+    def kill(self, slot: int) -> None:
+        """Kill one actor without replacing it (used by fault-injection tests)."""
+        import ray
+
+        ray.kill(self.actors[slot], no_restart=True)
+
+    def shutdown(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)

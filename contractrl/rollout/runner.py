@@ -1,0 +1,129 @@
+"""The episode runner: G samples per case for N cases, on local or Ray workers, fault tolerant.
+
+Generation happens on the driver (where the policy is), transitions on the workers. The runner
+keeps each episode's transcript, so when a worker dies its episodes are rebuilt on a fresh worker
+by replaying the same texts: the ledger gets neither duplicate nor missing rows. Rows are returned
+in (case, sample) order, whatever the number of workers, so the ledger digest is too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from ..tasks.cases import PublicCase
+from ..validators import PublicState
+from .policies import Generation, Observation, Policy
+from .worker import EpisodeKey, EpisodeWorker, StepOutcome
+
+
+class WorkerPool(Protocol):
+    """Where transitions run: ``size`` workers addressed by slot number."""
+
+    size: int
+
+    def call(self, method: str, batches: dict[int, list[Any]]) -> dict[int, list[StepOutcome] | Exception]: ...
+
+    def restart(self, slot: int) -> None: ...
+
+
+class LocalPool:
+    """In-process workers: the same protocol as the Ray pool, for tests and single-core runs."""
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = size
+        self._workers = [EpisodeWorker() for _ in range(size)]
+
+    def call(self, method: str, batches: dict[int, list[Any]]) -> dict[int, list[StepOutcome] | Exception]:
+        return {slot: getattr(self._workers[slot], method)(batch) for slot, batch in batches.items()}
+
+    def restart(self, slot: int) -> None:
+        self._workers[slot] = EpisodeWorker()
+
+
+class EpisodeRunner:
+    """Runs episodes in chunks of ``max_inflight`` (back-pressure on memory and on the policy)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        pool: WorkerPool,
+        *,
+        arm: str = "contractrl",
+        max_inflight: int = 256,
+        max_restarts: int = 3,
+        after_round: Callable[[int, WorkerPool], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.pool = pool
+        self.arm = arm
+        self.max_inflight = max_inflight
+        self.max_restarts = max_restarts
+        self.after_round = after_round  # a hook for fault-injection tests
+        self.restarts = 0
+
+    def run(self, cases: Sequence[PublicCase], *, group: int = 1, seed: int = 0, progress: Any = None) -> list[dict[str, Any]]:
+        keys = [EpisodeKey(i, g, self.arm, self.policy.name, seed) for i in range(len(cases)) for g in range(group)]
+        rows: dict[EpisodeKey, dict[str, Any]] = {}
+        for start in range(0, len(keys), self.max_inflight):
+            chunk = keys[start : start + self.max_inflight]
+            rows.update(self._run_chunk(chunk, cases))
+            if progress is not None:
+                progress.update(len(chunk))
+        return [rows[k] for k in keys]
+
+    def _slot(self, key: EpisodeKey) -> int:
+        return (key.index * 7919 + key.sample) % self.pool.size
+
+    def _run_chunk(self, keys: list[EpisodeKey], cases: Sequence[PublicCase]) -> dict[EpisodeKey, dict[str, Any]]:
+        transcripts: dict[EpisodeKey, list[Generation]] = {k: [] for k in keys}
+        states: dict[EpisodeKey, PublicState] = {}
+        rows: dict[EpisodeKey, dict[str, Any]] = {}
+        self._dispatch("reset", {k: (k, cases[k.index]) for k in keys}, transcripts, cases, states, rows)
+        round_no = 0
+        while len(rows) < len(keys):
+            active = [k for k in keys if k not in rows]
+            generations = self.policy.generate([Observation(cases[k.index], states[k], k.sample) for k in active])
+            for key, gen in zip(active, generations, strict=True):
+                transcripts[key].append(gen)
+            self._dispatch("step", {k: (k, transcripts[k][-1]) for k in active}, transcripts, cases, states, rows)
+            round_no += 1
+            if self.after_round is not None:
+                self.after_round(round_no, self.pool)
+        return rows
+
+    def _dispatch(
+        self,
+        method: str,
+        items: dict[EpisodeKey, Any],
+        transcripts: dict[EpisodeKey, list[Generation]],
+        cases: Sequence[PublicCase],
+        states: dict[EpisodeKey, PublicState],
+        rows: dict[EpisodeKey, dict[str, Any]],
+    ) -> None:
+        batches: dict[int, list[Any]] = {}
+        for key, item in items.items():
+            batches.setdefault(self._slot(key), []).append(item)
+        results = self.pool.call(method, batches)
+        for slot, result in results.items():
+            if isinstance(result, Exception):
+                result = self._recover(slot, transcripts, cases, result)
+            for outcome in result:
+                states[outcome.key] = outcome.state
+                if outcome.row is not None:
+                    rows[outcome.key] = outcome.row
+
+    def _recover(
+        self, slot: int, transcripts: dict[EpisodeKey, list[Generation]], cases: Sequence[PublicCase], error: Exception
+    ) -> list[StepOutcome]:
+        """Restart a dead worker and rebuild all its live episodes from their transcripts."""
+        while True:
+            self.restarts += 1
+            if self.restarts > self.max_restarts:
+                raise RuntimeError(f"worker {slot} failed {self.restarts} times; last error: {error}") from error
+            self.pool.restart(slot)
+            batch = [(k, cases[k.index], list(t)) for k, t in transcripts.items() if self._slot(k) == slot]
+            result = self.pool.call("replay", {slot: batch})[slot]
+            if not isinstance(result, Exception):
+                return result
+            error = result

@@ -283,3 +283,46 @@ def test_rollout_cli_writes_a_verifiable_run(tmp_path: Path, capsys: pytest.Capt
     assert main(["ledger", "verify", str(tmp_path / "run")]) == 0
     assert main(["rollout", "--cases", str(cases), "--policy", "replay", "--workers", "0", "--out", str(tmp_path / "run")]) == 2
     assert main(["rollout", "--cases", str(cases), "--policy", "hf:gpt2", "--workers", "0", "--out", str(tmp_path / "r2")]) == 2
+
+
+# --- prompts ---------------------------------------------------------------------------------
+
+
+def test_prompts_of_every_arm_and_mode_hold_no_offline_only_value() -> None:
+    from contractrl.rollout.prompts import ARMS, MODES, render_messages, render_prompt
+
+    for case in generate_cases(GenerateConfig(seed=31, n=2600)):
+        state = RepairEnv(case.public).reset()
+        forbidden = [canonical_json(case.offline.target_patch), canonical_json(case.offline.expected)]
+        if case.offline.target is not None:
+            forbidden.append(canonical_json(case.offline.target))
+        if case.public.family == "unrepairable":
+            withheld = case.offline.corruption["withheld_value"]
+            forbidden.append(withheld if isinstance(withheld, str) else canonical_json(withheld))
+        for arm in ARMS:
+            for mode in MODES:
+                text = render_prompt(render_messages(case.public, state, arm, mode))
+                for value in forbidden:
+                    assert value not in text, (case.public.family, arm, mode)
+
+
+def test_case_matched_mode_follows_the_comparator_contract() -> None:
+    from contractrl.rollout.prompts import render_blocks
+
+    case = next(c for c in _cases() if c.public.family == "wrong_type")
+    state = RepairEnv(case.public).reset()
+    assert "errors" not in render_blocks(case.public, state, "full_regen", "case_matched")
+    assert "errors" in render_blocks(case.public, state, "patch_sft", "case_matched")
+    assert {"immutable", "budget", "history"} <= set(render_blocks(case.public, state, "contractrl", "case_matched"))
+    same = {arm: render_blocks(case.public, state, arm, "same_information") for arm in ("full_regen", "contractrl")}
+    assert same["full_regen"] == same["contractrl"]
+
+
+def test_prompt_without_a_chat_template_uses_the_plain_layout() -> None:
+    from contractrl.rollout.prompts import render_messages, render_prompt
+
+    case = _cases()[0]
+    messages = render_messages(case.public, RepairEnv(case.public).reset(), "contractrl")
+    text = render_prompt(messages)
+    assert text.startswith("<|system|>\n") and text.endswith("<|assistant|>\n")
+    assert case.public.request in text and "Verifier errors:" in text

@@ -153,20 +153,22 @@ def cmd_screen(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REJECTED
 
 
-def _policy(spec: str, cases_dir: str) -> Any:
+def _policy(spec: str, cases_dir: str, arm: str) -> Any:
     from .rollout.policies import ABSTAIN, HeuristicPolicy, ReplayPolicy
+    from .rollout.prompts import WHOLE_OBJECT_ARMS
 
     if spec == "heuristic":
         return HeuristicPolicy()
     if spec == "replay":
-        # the mechanism check replays the precomputed patches: read here, never inside rollout code
+        # the mechanism check replays the precomputed answers: read here, never inside rollout code
         from .tasks.offline import read_offline
 
-        attempts = {
-            case_id: [ABSTAIN if off.should_abstain else json.dumps(off.target_patch)]
-            for case_id, off in read_offline(cases_dir).items()
-        }
-        return ReplayPolicy(attempts)
+        def answer(off: Any) -> str:
+            if off.should_abstain:
+                return ABSTAIN
+            return json.dumps(off.target if arm in WHOLE_OBJECT_ARMS else off.target_patch)
+
+        return ReplayPolicy({case_id: [answer(off)] for case_id, off in read_offline(cases_dir).items()})
     if spec.startswith("hf:"):
         raise ConfigError("hf:<model> policies need the model stack of the trainer, which is not in this release yet")
     raise ConfigError(f"unknown policy {spec!r}; use replay, heuristic or hf:<name-or-path>")
@@ -183,7 +185,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     cases = read_public(args.cases)
     if args.workers < 0 or args.group < 1:
         raise ConfigError("--workers must be >= 0 and --group >= 1")
-    policy = _policy(args.policy, args.cases)
+    policy = _policy(args.policy, args.cases, args.arm)
     pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
     runner = EpisodeRunner(policy, pool, arm=args.arm)
     config = {

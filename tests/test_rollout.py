@@ -326,3 +326,20 @@ def test_prompt_without_a_chat_template_uses_the_plain_layout() -> None:
     text = render_prompt(messages)
     assert text.startswith("<|system|>\n") and text.endswith("<|assistant|>\n")
     assert case.public.request in text and "Verifier errors:" in text
+
+
+def test_whole_object_arm_runs_through_env_runner_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = [c.public for c in _cases()[:26]]
+    rows = EpisodeRunner(HeuristicPolicy(), LocalPool(1), arm="full_regen").run(cases)
+    assert {r["arm"] for r in rows} == {"full_regen"}
+    assert sum(r["accepted"] for r in rows) >= 15
+    assert all(r["ops_applied"] == 0 for r in rows)
+    case_dir = tmp_path / "cases"
+    assert main(["cases", "generate", "--seed", "2", "--n", "26", "--out", str(case_dir)]) == 0
+    capsys.readouterr()
+    argv = ["rollout", "--cases", str(case_dir), "--policy", "replay", "--arm", "constrained", "--workers", "0"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    rows = read_ledger(tmp_path / "run")
+    accepted = sum(r["accepted"] for r in rows)
+    abstained = sum(r["abstained"] for r in rows)
+    assert accepted + abstained == 26 and abstained == 4  # the two abstain families, two cases each

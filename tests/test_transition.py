@@ -157,3 +157,37 @@ def test_bad_budgets_are_config_errors(kwargs: dict) -> None:
 def test_bad_immutable_pointer_is_config_error() -> None:
     with pytest.raises(ConfigError, match="immutable path"):
         RepairContract(Verifier.build(SCHEMA), Budgets(), immutable=["id"])
+
+
+# --- whole-object arms (full regeneration, constrained decoding) ------------------------------
+
+
+def test_whole_object_response_is_verified_like_a_patched_object() -> None:
+    contract = _contract()
+    state = contract.initial_state(CANDIDATE)
+    result = contract.step_object(state, json.dumps({"id": "x1", "n": 3, "mode": "a"}))
+    assert result.outcome is Code.ACCEPTED and result.accepted_object == {"id": "x1", "n": 3, "mode": "a"}
+    assert result.state.ops_left == state.ops_left  # operation budgets do not apply to whole objects
+    partial = contract.step_object(state, json.dumps({"id": "x1", "n": 3, "mode": "c"}))
+    assert partial.outcome is Code.ENUM_MISMATCH and partial.accepted_object is None
+
+
+def test_whole_object_must_keep_immutable_paths_and_be_an_object() -> None:
+    contract = _contract()
+    state = contract.initial_state(CANDIDATE)
+    moved = contract.step_object(state, json.dumps({"id": "other", "n": 3, "mode": "a"}))
+    assert moved.outcome is Code.PATH_IMMUTABLE and moved.record.pointer == "/id" and moved.accepted_object is None
+    dropped = contract.step_object(state, json.dumps({"n": 3, "mode": "a"}))
+    assert dropped.outcome is Code.PATH_IMMUTABLE
+    assert contract.step_object(state, "[1, 2]").outcome is Code.WRONG_TYPE
+    assert contract.step_object(state, '{"id": "x1", "id": "x1"}').outcome is Code.DUPLICATE_KEY
+    assert contract.step_object(state, "ABSTAIN").outcome is Code.ABSTAIN
+
+
+def test_regenerating_fields_that_were_right_is_collateral() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+    contract = RepairContract(Verifier.build(schema), Budgets(), ())
+    state = contract.initial_state({"a": "1", "b": "keep"})
+    result = contract.step_object(state, json.dumps({"a": 1, "b": "changed"}))
+    assert result.outcome is Code.ACCEPTED
+    assert result.record.collateral == ("/b",)

@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
 from ..tasks.cases import PublicCase
 from ..tasks.catalog import make_sandbox
 from ..validators import Budgets, Code, PublicState, RepairContract, Verifier, VerifierReport, load_contract
 from ..validators.attempts import AttemptClass
+from .prompts import ARMS, WHOLE_OBJECT_ARMS
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,11 @@ class EpisodeLog:
 class RepairEnv:
     """reset(public case) -> state; step(action text) -> (state, step record)."""
 
-    def __init__(self, case: PublicCase) -> None:
+    def __init__(self, case: PublicCase, arm: str = "contractrl") -> None:
+        if arm not in ARMS:
+            raise ConfigError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
         self.case = case
+        self.whole_object = arm in WHOLE_OBJECT_ARMS
         verifier = Verifier.build(case.schema, load_contract(case.contract))
         self.contract = RepairContract(verifier, Budgets(max_attempts=case.max_attempts, max_ops=case.max_ops), case.immutable)
         self.state: PublicState | None = None
@@ -102,7 +107,8 @@ class RepairEnv:
         if self.state is None:
             raise RuntimeError("call reset() before step()")
         start = time.perf_counter()
-        result = self.contract.step(self.state, text, finish_reason=finish_reason)
+        transition = self.contract.step_object if self.whole_object else self.contract.step
+        result = transition(self.state, text, finish_reason=finish_reason)
         if result.accepted_object is not None and self.log.dispatched is None:
             self.log.dispatched = result.accepted_object
             outcome = make_sandbox(self.case.tool_family, self.case.world_seed).execute(self.case.tool, result.accepted_object)

@@ -18,8 +18,11 @@ from ..errors import ConfigError
 from ..tasks.cases import PublicCase
 from ..tasks.catalog import all_tools
 from ..validators import PublicState
-from ..validators.jsonvalue import json_equal
+from ..validators.apply import apply_patch
+from ..validators.jsonvalue import canonical_json, json_equal
+from ..validators.patch import PatchAction, parse_action
 from ..validators.pointer import parse_pointer, resolve
+from .prompts import WHOLE_OBJECT_ARMS
 
 ABSTAIN = "ABSTAIN"
 
@@ -31,6 +34,7 @@ class Observation:
     case: PublicCase
     state: PublicState
     sample: int
+    arm: str = "contractrl"
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,16 @@ class HeuristicPolicy:
     name = "heuristic"
 
     def generate(self, observations: Sequence[Observation]) -> list[Generation]:
-        return [Generation(self.act(obs.case, obs.state)) for obs in observations]
+        return [Generation(self.respond(obs)) for obs in observations]
+
+    def respond(self, obs: Observation) -> str:
+        """A patch for the patch arms; for the whole-object arms, the candidate with that patch applied."""
+        text = self.act(obs.case, obs.state)
+        if obs.arm not in WHOLE_OBJECT_ARMS or text == ABSTAIN:
+            return text
+        action = parse_action(text, max_ops=len(json.loads(text)))
+        applied = apply_patch(obs.state.candidate, action.ops) if isinstance(action, PatchAction) else None
+        return canonical_json(applied.document) if applied is not None and applied.ok else ABSTAIN
 
     def act(self, case: PublicCase, state: PublicState) -> str:
         immutable = tuple(parse_pointer(p) for p in case.immutable)

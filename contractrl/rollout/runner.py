@@ -83,7 +83,7 @@ class EpisodeRunner:
         round_no = 0
         while len(rows) < len(keys):
             active = [k for k in keys if k not in rows]
-            generations = self.policy.generate([Observation(cases[k.index], states[k], k.sample) for k in active])
+            generations = self.policy.generate([Observation(cases[k.index], states[k], k.sample, k.arm) for k in active])
             for key, gen in zip(active, generations, strict=True):
                 transcripts[key].append(gen)
             self._dispatch("step", {k: (k, transcripts[k][-1]) for k in active}, transcripts, cases, states, rows)

@@ -42,7 +42,7 @@ class EpisodeWorker:
     def reset(self, batch: list[tuple[EpisodeKey, PublicCase]]) -> list[StepOutcome]:
         out = []
         for key, case in batch:
-            env = RepairEnv(case)
+            env = RepairEnv(case, arm=key.arm)
             self._envs[key] = env
             state = env.reset()
             out.append(StepOutcome(key, state, self._row(key) if env.done else None))

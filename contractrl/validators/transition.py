@@ -23,10 +23,12 @@ from .apply import apply_patch
 from .attempts import AttemptClass, classify_attempt
 from .codes import Code
 from .collateral import changed_leaves, outside
+from .jsonvalue import json_equal
 from .mask import static_violation
-from .patch import OP_KINDS, AbstainAction, InvalidAction, PatchAction, RefusalAction, parse_action
-from .pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer
+from .patch import OP_KINDS, AbstainAction, InvalidAction, RefusalAction, parse_action
+from .pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
 from .report import VerifierReport
+from .strict_json import parse_response
 from .verifier import Verifier
 
 
@@ -105,6 +107,15 @@ class PublicState:
 
 
 _FREE = frozenset({Code.ABSTAIN, Code.REFUSAL})
+_ABSENT = object()
+
+
+def _is_pointer(text: str) -> bool:
+    try:
+        parse_pointer(text)
+    except PointerSyntaxError:
+        return False
+    return True
 
 
 @dataclass(slots=True)
@@ -154,18 +165,52 @@ class RepairContract:
             outcome=Code.ACCEPTED if report.accepted else None,
         )
 
+    def _over(self, state: PublicState, text: str | bytes, attempt: int) -> StepResult:
+        """An attempt after the episode ended: recorded, never evaluated."""
+        raw = text.decode("utf-8", "backslashreplace") if isinstance(text, bytes) else text
+        record = AttemptRecord(
+            attempt, raw, Code.ATTEMPTS_EXHAUSTED, AttemptClass.EXHAUSTED, "", "the episode is over; attempt not evaluated"
+        )
+        next_state = replace(state, history=(*state.history, record), done=True, outcome=state.outcome or Code.ATTEMPTS_EXHAUSTED)
+        return StepResult(next_state, Code.ATTEMPTS_EXHAUSTED, record)
+
+    def step_object(self, state: PublicState, text: str | bytes, finish_reason: str | None = None) -> StepResult:
+        """The transition of the whole-object arms (full regeneration, constrained decoding).
+
+        The response is the complete argument object. It is parsed strictly, must leave every
+        immutable path exactly as it was, and is then verified like a patched object; operation
+        budgets do not apply. Changes outside the reported pointers count as collateral, which is
+        what regenerating fields that were right costs.
+        """
+        start = time.perf_counter()
+        attempt = len(state.history) + 1
+        if state.done or state.attempts_left <= 0:
+            return self._over(state, text, attempt)
+        parsed = parse_response(text, self.verifier.limits, finish_reason)
+        if parsed.code in (Code.ABSTAIN, Code.REFUSAL):
+            record = self._record(attempt, parsed.raw, parsed.code, "", parsed.message, start)
+            return StepResult(
+                replace(state, history=(*state.history, record), done=True, outcome=parsed.code), parsed.code, record
+            )
+        if not parsed.is_value:
+            return self._reject(state, attempt, parsed.raw, parsed.code, "", parsed.message, (), start)
+        if not isinstance(parsed.value, dict):
+            return self._reject(
+                state, attempt, parsed.raw, Code.WRONG_TYPE, "", "the arguments must be one JSON object", (), start
+            )
+        for tokens, pointer in zip(self._immutable_tokens, self.immutable, strict=True):
+            if not json_equal(resolve(state.candidate, tokens, _ABSENT), resolve(parsed.value, tokens, _ABSENT)):
+                return self._reject(
+                    state, attempt, parsed.raw, Code.PATH_IMMUTABLE, pointer, f"{pointer} is immutable", (), start
+                )
+        pointers = tuple(parse_pointer(e.pointer) for e in state.report.errors if _is_pointer(e.pointer))
+        return self._validate(state, attempt, parsed.raw, parsed.value, pointers, (), 0, start)
+
     def step(self, state: PublicState, text: str | bytes, finish_reason: str | None = None) -> StepResult:
         start = time.perf_counter()
         attempt = len(state.history) + 1
         if state.done or state.attempts_left <= 0:
-            raw = text.decode("utf-8", "backslashreplace") if isinstance(text, bytes) else text
-            record = AttemptRecord(
-                attempt, raw, Code.ATTEMPTS_EXHAUSTED, AttemptClass.EXHAUSTED, "", "the episode is over; attempt not evaluated"
-            )
-            next_state = replace(
-                state, history=(*state.history, record), done=True, outcome=state.outcome or Code.ATTEMPTS_EXHAUSTED
-            )
-            return StepResult(next_state, Code.ATTEMPTS_EXHAUSTED, record)
+            return self._over(state, text, attempt)
 
         action = parse_action(
             text,
@@ -193,29 +238,30 @@ class RepairContract:
         if not applied.ok:
             assert applied.code is not None
             return self._reject(state, attempt, action.raw, applied.code, applied.pointer, applied.message, ops_dicts, start)
-        return self._validate(state, attempt, action, applied.document, applied.touched, ops_dicts, start)
+        return self._validate(state, attempt, action.raw, applied.document, applied.touched, ops_dicts, len(action.ops), start)
 
     def _validate(
         self,
         state: PublicState,
         attempt: int,
-        action: PatchAction,
+        raw: str,
         patched: Any,
         touched: tuple[Tokens, ...],
         ops_dicts: tuple[dict[str, Any], ...],
+        n_ops: int,
         start: float,
     ) -> StepResult:
         report = self.verifier.verify(patched)
         changed = changed_leaves(state.candidate, patched)
         collateral = tuple(outside(changed, (format_pointer(t) for t in touched)))
         off_pointer = tuple(outside(changed, (e.pointer for e in state.report.errors)))
-        ops_left = state.ops_left - len(action.ops)
+        ops_left = state.ops_left - n_ops
         attempts_left = state.attempts_left - 1
         primary = report.primary
         code = Code.ACCEPTED if report.accepted else primary.code  # type: ignore[union-attr]
         record = self._record(
-            attempt, action.raw, code, primary.pointer if primary else "", primary.message if primary else "", start,
-            ops=ops_dicts, ops_applied=len(action.ops), validator_calls=1, collateral=collateral,
+            attempt, raw, code, primary.pointer if primary else "", primary.message if primary else "", start,
+            ops=ops_dicts, ops_applied=n_ops, validator_calls=1, collateral=collateral,
             off_pointer=off_pointer,
         )  # fmt: skip
         exhausted = not report.accepted and attempts_left <= 0

@@ -153,7 +153,8 @@ def cmd_screen(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REJECTED
 
 
-def _policy(spec: str, cases_dir: str, arm: str) -> Any:
+def _policy(args: argparse.Namespace) -> Any:
+    spec, cases_dir, arm = args.policy, args.cases, args.arm
     from .rollout.policies import ABSTAIN, HeuristicPolicy, ReplayPolicy
     from .rollout.prompts import WHOLE_OBJECT_ARMS
 
@@ -170,7 +171,12 @@ def _policy(spec: str, cases_dir: str, arm: str) -> Any:
 
         return ReplayPolicy({case_id: [answer(off)] for case_id, off in read_offline(cases_dir).items()})
     if spec.startswith("hf:"):
-        raise ConfigError("hf:<model> policies need the model stack of the trainer, which is not in this release yet")
+        from .rollout.hf_policy import HFPolicy, SamplingConfig
+        from .trainer.presets import load_model
+
+        model, tokenizer = load_model("tiny" if spec == "hf:tiny" else spec)
+        sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        return HFPolicy(model, tokenizer, arm=arm, sampling=sampling, name=spec)
     raise ConfigError(f"unknown policy {spec!r}; use replay, heuristic or hf:<name-or-path>")
 
 
@@ -185,7 +191,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     cases = read_public(args.cases)
     if args.workers < 0 or args.group < 1:
         raise ConfigError("--workers must be >= 0 and --group >= 1")
-    policy = _policy(args.policy, args.cases, args.arm)
+    policy = _policy(args)
     pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
     runner = EpisodeRunner(policy, pool, arm=args.arm)
     config = {
@@ -268,11 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     rollout = sub.add_parser("rollout", help="run repair episodes over a case set into a frozen, hashed ledger")
     rollout.add_argument("--cases", required=True, help="a case set written by `cases generate`")
-    rollout.add_argument("--policy", required=True, help="replay | heuristic | hf:<name-or-path>")
+    rollout.add_argument("--policy", required=True, help="replay | heuristic | hf:tiny | hf:<name-or-path>")
     rollout.add_argument("--arm", default="contractrl", choices=("contractrl", "patch_sft", "full_regen", "constrained"))
     rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
     rollout.add_argument("--group", type=int, default=1, help="episodes per case (G)")
     rollout.add_argument("--seed", type=int, default=0)
+    rollout.add_argument("--max-new-tokens", type=int, default=160, help="hf policies: generation budget per attempt")
+    rollout.add_argument("--temperature", type=float, default=1.0, help="hf policies: sampling temperature")
     rollout.add_argument("--out", required=True, help="a new run directory")
     rollout.set_defaults(func=cmd_rollout)
 

@@ -45,6 +45,8 @@ class Generation:
     finish_reason: str = "stop"
     generated_tokens: int = 0
     prompt_tokens: int = 0
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
 
 
 class Policy(Protocol):

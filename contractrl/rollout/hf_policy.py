@@ -1,0 +1,186 @@
+"""Hugging Face causal-LM policy: batched sampling, per-token log-probs, JSON-aware stopping, and
+schema-constrained decoding (xgrammar) for the constrained-decoding arm.
+
+The policy renders each observation with the arm's prompt and the tokenizer's chat template,
+generates for the whole batch at once, and returns per sequence the text, the generated token ids,
+their log-probabilities under the (temperature-scaled) policy, token counts and whether generation
+stopped on its length limit, which the parser then reports as ``truncated``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..validators.jsonvalue import canonical_json
+from .policies import ABSTAIN, Generation, Observation
+from .prompts import WHOLE_OBJECT_ARMS, render_messages, render_prompt
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    max_new_tokens: int = 160
+    temperature: float = 1.0
+    top_p: float = 1.0
+    do_sample: bool = True
+    batch_size: int = 8
+    seed: int = 0
+
+
+def answer_complete(text: str) -> bool:
+    """Whether ``text`` already holds a whole answer: one balanced JSON value, or an ABSTAIN line."""
+    stripped = text.strip()
+    if stripped.upper().startswith(ABSTAIN):
+        return "\n" in text.lstrip()[len(ABSTAIN) :] or len(stripped) > 200
+    if not stripped or stripped[0] not in "[{":
+        return False
+    depth = 0
+    in_string = escaped = False
+    for char in stripped:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return True
+    return False
+
+
+class HFPolicy:
+    """A policy backed by a Hugging Face model and tokenizer (any causal LM, or the tiny preset)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        arm: str = "contractrl",
+        mode: str = "same_information",
+        sampling: SamplingConfig = SamplingConfig(),
+        constrained: bool | None = None,
+        name: str = "hf",
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.arm = arm
+        self.mode = mode
+        self.sampling = sampling
+        self.constrained = arm == "constrained" if constrained is None else constrained
+        self.name = name
+        self._grammars: dict[str, Any] = {}
+        self._compiler: Any = None
+
+    def generate(self, observations: Sequence[Observation]) -> list[Generation]:
+        out: list[Generation] = []
+        size = self.sampling.batch_size
+        for start in range(0, len(observations), size):
+            out.extend(self._batch(observations[start : start + size]))
+        return out
+
+    def _seed(self, observations: Sequence[Observation]) -> int:
+        """One seed per batch from the episodes in it, so reruns of the same batch sample the same."""
+        key = [self.sampling.seed, [(o.case.case_id, o.sample, len(o.state.history)) for o in observations]]
+        return int(hashlib.sha256(canonical_json(key).encode()).hexdigest()[:8], 16)
+
+    def _batch(self, observations: Sequence[Observation]) -> list[Generation]:
+        import torch
+        from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+        tok = self.tokenizer
+        prompts = [render_prompt(render_messages(o.case, o.state, o.arm or self.arm, self.mode), tok) for o in observations]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
+        prompt_len = enc["input_ids"].shape[1]
+        prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
+
+        class _JsonStop(StoppingCriteria):
+            def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+                texts = tok.batch_decode(input_ids[:, prompt_len:], skip_special_tokens=True)
+                return torch.tensor([answer_complete(t) for t in texts], device=input_ids.device)
+
+        processors = LogitsProcessorList()
+        if self.constrained:
+            processors.append(self._grammar_processor([o.case.schema for o in observations]))
+        torch.manual_seed(self._seed(observations))
+        s = self.sampling
+        with torch.no_grad():
+            result = self.model.generate(
+                **enc,
+                max_new_tokens=s.max_new_tokens,
+                do_sample=s.do_sample,
+                temperature=s.temperature if s.do_sample else None,
+                top_p=s.top_p if s.do_sample else None,
+                top_k=None,
+                logits_processor=processors,
+                # under a grammar the answer ends with EOS, which the grammar forces once the object is
+                # complete; stopping earlier would feed padding to the grammar matcher
+                stopping_criteria=StoppingCriteriaList([] if self.constrained else [_JsonStop()]),
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+        new_tokens = result.sequences[:, prompt_len:]
+        logits = torch.stack(result.logits, dim=1).float()  # (batch, steps, vocab), before sampling warpers
+        logprobs = torch.log_softmax(logits / (s.temperature if s.do_sample else 1.0), dim=-1)
+        chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        generations = []
+        for row in range(len(observations)):
+            ids = new_tokens[row].tolist()
+            keep = _answer_length(ids, tok)
+            text = tok.decode(ids[:keep], skip_special_tokens=True)
+            ended = keep < len(ids) or (keep > 0 and ids[keep - 1] == tok.eos_token_id) or answer_complete(text)
+            generations.append(
+                Generation(
+                    text=text.strip(),
+                    finish_reason="stop" if ended else "length",
+                    generated_tokens=keep,
+                    prompt_tokens=int(prompt_tokens[row]),
+                    token_ids=tuple(ids[:keep]),
+                    logprobs=tuple(float(x) for x in chosen[row, :keep].tolist()),
+                )
+            )
+        return generations
+
+    def _grammar_processor(self, schemas: list[dict[str, Any]]) -> Any:
+        import xgrammar as xgr
+        from xgrammar.contrib.hf import LogitsProcessor
+
+        if self._compiler is None:
+            info = xgr.TokenizerInfo.from_huggingface(
+                self.tokenizer, vocab_size=self.model.config.vocab_size, stop_token_ids=[self.tokenizer.eos_token_id]
+            )
+            self._compiler = xgr.GrammarCompiler(info)
+        compiled = []
+        for schema in schemas:
+            key = canonical_json(schema)
+            if key not in self._grammars:
+                try:
+                    self._grammars[key] = self._compiler.compile_json_schema(key, any_whitespace=False, strict_mode=True)
+                except Exception:  # a schema feature xgrammar cannot express: fall back to any JSON object
+                    self._grammars[key] = self._compiler.compile_builtin_json_grammar()
+            compiled.append(self._grammars[key])
+        return LogitsProcessor(compiled)
+
+
+def _answer_length(ids: list[int], tok: Any) -> int:
+    """Tokens up to and including the end of the answer (EOS, or padding after the row stopped)."""
+    for index, token in enumerate(ids):
+        if token == tok.eos_token_id:
+            return index + 1
+        if token == tok.pad_token_id:
+            return index
+    return len(ids)
+
+
+__all__ = ["WHOLE_OBJECT_ARMS", "HFPolicy", "SamplingConfig", "answer_complete"]

@@ -1,0 +1,1 @@
+"""Training: model and tokenizer presets (SFT and GRPO learners follow)."""

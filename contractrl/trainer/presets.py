@@ -1,0 +1,145 @@
+"""Model presets: ``tiny`` (built here, nothing downloaded) and ``hf:<name-or-path>``.
+
+``tiny`` is a small Qwen2-architecture causal LM initialised from a config with a fixed seed, and
+a byte-level BPE tokenizer trained locally on a corpus of generated cases (requests, schemas,
+candidates, patches, prompts), saved as a Hugging Face fast tokenizer with a chat template. Same
+seed, same corpus -> same weights and the same tokenizer. It is what tests and the default run use;
+real models are config for users with GPUs (``hf:Qwen/Qwen2.5-0.5B-Instruct``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    """Sizes of the ``tiny`` preset: a few hundred thousand parameters, trainable on a laptop CPU."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 64
+    intermediate_size: int = 176
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 4096
+    seed: int = 0
+
+
+def tokenizer_corpus(n_cases: int = 520, seed: int = 0) -> list[str]:
+    """Texts the tiny tokenizer learns from: everything a prompt or an answer is made of."""
+    from ..rollout.env import RepairEnv
+    from ..rollout.prompts import ARMS, render_messages
+    from ..tasks.generate import GenerateConfig, generate_cases
+
+    texts: list[str] = []
+    for case in generate_cases(GenerateConfig(seed=seed, n=n_cases)):
+        state = RepairEnv(case.public).reset()
+        for arm in ARMS:
+            texts.extend(m["content"] for m in render_messages(case.public, state, arm))
+        texts.append(json.dumps(case.offline.target_patch))
+        if case.offline.target is not None:
+            texts.append(json.dumps(case.offline.target))
+    texts.append("ABSTAIN")
+    return texts
+
+
+def train_tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 2048) -> Any:
+    """A byte-level BPE fast tokenizer with a chat template and the special tokens above."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(list(corpus), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<|pad|>",
+        eos_token="<|im_end|>",
+        bos_token=None,
+        unk_token=None,
+        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def build_tiny(out_dir: str | Path, config: TinyConfig = TinyConfig(), corpus: Iterable[str] | None = None) -> Path:
+    """Train the tokenizer, initialise the model from its config, save both to ``out_dir``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    tokenizer = train_tiny_tokenizer(corpus if corpus is not None else tokenizer_corpus(), config.vocab_size)
+    torch.manual_seed(config.seed)
+    model_config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(model_config)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def load_model(spec: str, *, cache_dir: str | Path | None = None, device: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for ``tiny``, ``hf:<name-or-path>`` or a local directory.
+
+    ``tiny`` is built on first use into ``cache_dir`` (default ``runs/models/tiny``). A hub name
+    needs network access; on a machine without it, pass a local path.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec == "tiny":
+        path = Path(cache_dir or "runs/models/tiny")
+        if not (path / "config.json").is_file():
+            build_tiny(path)
+    elif spec.startswith("hf:"):
+        path = Path(spec[3:]) if Path(spec[3:]).exists() else spec[3:]  # type: ignore[assignment]
+    elif Path(spec).is_dir():
+        path = Path(spec)
+    else:
+        raise ConfigError(f"unknown model {spec!r}: use tiny, hf:<name-or-path> or a model directory")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    except OSError as exc:
+        raise ConfigError(f"cannot load model {spec!r}: {exc}") from exc
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,137 @@
+"""The Hugging Face policy on the tiny preset: batching, log-probs, truncation, constrained decoding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+pytest.importorskip("transformers", reason="transformers is not installed")
+
+from contractrl.cli import main  # noqa: E402
+from contractrl.rollout.env import RepairEnv, episode_row  # noqa: E402
+from contractrl.rollout.hf_policy import HFPolicy, SamplingConfig, answer_complete  # noqa: E402
+from contractrl.rollout.ledger import read_ledger  # noqa: E402
+from contractrl.rollout.policies import Observation  # noqa: E402
+from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
+from contractrl.tasks.store import read_public  # noqa: E402
+from contractrl.trainer.presets import build_tiny, load_model, tokenizer_corpus, train_tiny_tokenizer  # noqa: E402
+from contractrl.validators import Verifier  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path]:
+    path = build_tiny(tmp_path_factory.mktemp("tiny"), corpus=tokenizer_corpus(n_cases=130))
+    model, tokenizer = load_model(str(path), device="cpu")
+    return model, tokenizer, path
+
+
+@pytest.fixture(scope="module")
+def observations() -> list[Observation]:
+    cases = generate_cases(GenerateConfig(seed=41, n=6))
+    return [Observation(c.public, RepairEnv(c.public).reset(), 0) for c in cases]
+
+
+def test_tiny_tokenizer_and_model_are_deterministic(tmp_path: Path) -> None:
+    corpus = ["hello world", '{"op": "replace", "path": "/a", "value": 1}', "ABSTAIN"] * 20
+    a, b = train_tiny_tokenizer(corpus, 300), train_tiny_tokenizer(corpus, 300)
+    assert a.get_vocab() == b.get_vocab()
+    assert a.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True).endswith(
+        "<|im_start|>assistant\n"
+    )
+    first, second = build_tiny(tmp_path / "a", corpus=corpus), build_tiny(tmp_path / "b", corpus=corpus)
+    ma, _ = load_model(str(first), device="cpu")
+    mb, _ = load_model(str(second), device="cpu")
+    for (name, pa), (_, pb) in zip(ma.state_dict().items(), mb.state_dict().items(), strict=True):
+        assert torch.equal(pa, pb), name
+
+
+def test_batched_generation_reports_tokens_and_logprobs(tiny: tuple, observations: list[Observation]) -> None:
+    model, tokenizer, _ = tiny
+    gens = HFPolicy(model, tokenizer, sampling=SamplingConfig(max_new_tokens=12, batch_size=4)).generate(observations)
+    assert len(gens) == len(observations)
+    for gen in gens:
+        assert gen.prompt_tokens > 100
+        assert 0 < gen.generated_tokens <= 12
+        assert len(gen.token_ids) == len(gen.logprobs) == gen.generated_tokens
+        assert all(lp <= 0.0 for lp in gen.logprobs)
+        assert gen.finish_reason in ("stop", "length")
+
+
+def test_logprobs_match_a_forward_pass(tiny: tuple, observations: list[Observation]) -> None:
+    """The learner trusts these numbers: recompute them from scratch and compare."""
+    from contractrl.rollout.prompts import render_messages, render_prompt
+
+    model, tokenizer, _ = tiny
+    obs = observations[0]
+    (gen,) = HFPolicy(model, tokenizer, sampling=SamplingConfig(max_new_tokens=10, temperature=0.7)).generate([obs])
+    prompt = render_prompt(render_messages(obs.case, obs.state, "contractrl"), tokenizer)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    ids = torch.cat([prompt_ids, torch.tensor([gen.token_ids])], dim=1)
+    with torch.no_grad():
+        logits = model(ids).logits[0, prompt_ids.shape[1] - 1 : -1] / 0.7
+    expected = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(gen.token_ids).unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(expected, torch.tensor(gen.logprobs), atol=1e-4)
+
+
+def test_same_seed_same_samples(tiny: tuple, observations: list[Observation]) -> None:
+    model, tokenizer, _ = tiny
+    sampling = SamplingConfig(max_new_tokens=8, seed=5)
+    a = [g.text for g in HFPolicy(model, tokenizer, sampling=sampling).generate(observations)]
+    b = [g.text for g in HFPolicy(model, tokenizer, sampling=sampling).generate(observations)]
+    c = [g.text for g in HFPolicy(model, tokenizer, sampling=SamplingConfig(max_new_tokens=8, seed=6)).generate(observations)]
+    assert a == b and a != c
+
+
+def test_length_limit_reaches_the_env_as_truncation(tiny: tuple, observations: list[Observation]) -> None:
+    model, tokenizer, _ = tiny
+    obs = observations[1]
+    (gen,) = HFPolicy(model, tokenizer, sampling=SamplingConfig(max_new_tokens=3)).generate([obs])
+    env = RepairEnv(obs.case)
+    env.reset()
+    _, record = env.step(gen.text, finish_reason=gen.finish_reason, generated_tokens=gen.generated_tokens)
+    if gen.finish_reason == "length":
+        assert record.outcome == "truncated"
+    row = episode_row(obs.case, env.log, arm="contractrl", policy="hf", seed=0, sample=0)
+    assert row["generated_tokens"] == gen.generated_tokens and row["attempts"][0]["raw"] == gen.text
+
+
+def test_constrained_decoding_emits_schema_shaped_objects(tiny: tuple, observations: list[Observation]) -> None:
+    model, tokenizer, _ = tiny
+    policy = HFPolicy(model, tokenizer, arm="constrained", sampling=SamplingConfig(max_new_tokens=200, do_sample=False))
+    gens = policy.generate([Observation(o.case, o.state, 0, "constrained") for o in observations])
+    finished = 0
+    for obs, gen in zip(observations, gens, strict=True):
+        assert gen.text.startswith("{")
+        if gen.finish_reason == "stop":
+            value = json.loads(gen.text)
+            assert isinstance(value, dict)
+            allowed = set(obs.case.schema["properties"])
+            assert set(value) <= allowed  # the grammar only admits declared properties
+            finished += 1
+    assert finished >= 1
+
+
+def test_answer_detection() -> None:
+    assert answer_complete('[{"op": "add"}] trailing')
+    assert answer_complete('{"a": "}"}')
+    assert not answer_complete('[{"op": "add", "value": "]"')
+    assert answer_complete("ABSTAIN\n")
+    assert not answer_complete("ABST")
+
+
+def test_rollout_cli_with_an_hf_model(tiny: tuple, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, path = tiny
+    cases = tmp_path / "cases"
+    assert main(["cases", "generate", "--seed", "3", "--n", "13", "--out", str(cases)]) == 0
+    argv = ["rollout", "--cases", str(cases), "--policy", f"hf:{path}", "--workers", "0", "--max-new-tokens", "16"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    rows = read_ledger(tmp_path / "run")
+    assert len(rows) == 13 and all(r["generated_tokens"] > 0 for r in rows)
+    schemas = {c.case_id: c.schema for c in read_public(cases)}
+    for row in rows:  # fail closed: whatever an untrained model wrote, only valid objects were dispatched
+        if row["accepted"]:
+            assert Verifier.build(schemas[row["case_id"]]).verify(json.loads(row["dispatched"])).accepted

@@ -42,6 +42,7 @@ def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
             assert json.loads(proc.stdout)["outcome"] == "accepted"
         if argv[1] == "rollout":
             assert len(json.loads(proc.stdout)["ledger_sha256"]) == 64
+            assert "hf:tiny" not in argv or (tmp_path / "runs" / "models" / "tiny" / "config.json").is_file()
         if argv[1] == "screen":
             result = json.loads(proc.stdout)
             assert result["cases"] == result["schema_valid"] == result["object_match"] == 64

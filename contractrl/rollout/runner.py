@@ -107,7 +107,8 @@ class EpisodeRunner:
         results = self.pool.call(method, batches)
         for slot, result in results.items():
             if isinstance(result, Exception):
-                result = self._recover(slot, transcripts, cases, result)
+                live = {k: t for k, t in transcripts.items() if k not in rows}
+                result = self._recover(slot, live, cases, result)
             for outcome in result:
                 states[outcome.key] = outcome.state
                 if outcome.row is not None:
@@ -116,7 +117,8 @@ class EpisodeRunner:
     def _recover(
         self, slot: int, transcripts: dict[EpisodeKey, list[Generation]], cases: Sequence[PublicCase], error: Exception
     ) -> list[StepOutcome]:
-        """Restart a dead worker and rebuild all its live episodes from their transcripts."""
+        """Restart a dead worker and rebuild its live episodes from their transcripts (finished
+        episodes already gave their rows and are not run again)."""
         while True:
             self.restarts += 1
             if self.restarts > self.max_restarts:

@@ -195,7 +195,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
     runner = EpisodeRunner(policy, pool, arm=args.arm)
     config = {
-        "cases_manifest_sha256": read_manifest(args.cases)["files"],
+        "cases_files_sha256": read_manifest(args.cases)["files"],
         "policy": args.policy,
         "arm": args.arm,
         "group": args.group,

@@ -343,3 +343,36 @@ def test_whole_object_arm_runs_through_env_runner_and_cli(tmp_path: Path, capsys
     accepted = sum(r["accepted"] for r in rows)
     abstained = sum(r["abstained"] for r in rows)
     assert accepted + abstained == 26 and abstained == 4  # the two abstain families, two cases each
+
+
+def _outcome_actions(case: Case) -> dict[str, str]:
+    immutable = case.public.immutable[0]
+    first_key = next(iter(case.public.candidate))
+    return {
+        "accepted": json.dumps(case.offline.target_patch),
+        "abstain": "ABSTAIN: not enough information",
+        "refusal": "I'm sorry, I can't help with that.",
+        "malformed_json": "[{'op': 'replace'}]",
+        "truncated": '[{"op": "replace", "path": "/x", "value": ',
+        "duplicate_key": '[{"op": "remove", "op": "remove", "path": "/x"}]',
+        "non_finite_number": '[{"op": "replace", "path": "/x", "value": NaN}]',
+        "too_deep": "[" * 80 + "]" * 80,
+        "too_large": json.dumps([{"op": "add", "path": "/x", "value": "y" * 1_100_000}]),
+        "patch_malformed": '[{"op": "merge", "path": "/x"}]',
+        "path_unavailable": '[{"op": "remove", "path": "/no_such_argument"}]',
+        "path_immutable": json.dumps([{"op": "remove", "path": immutable}]),
+        "root_write_forbidden": '[{"op": "replace", "path": "", "value": {}}]',
+        "move_source_invalid": '[{"op": "move", "from": "/no_such_argument", "path": "/x"}]',
+        "op_budget_exceeded": json.dumps([{"op": "test", "path": f"/{first_key}", "value": 0}] * 9),
+        "test_failed": json.dumps([{"op": "test", "path": f"/{first_key}", "value": {"never": "equal"}}]),
+    }
+
+
+def test_each_outcome_code_through_the_env() -> None:
+    case = next(c for c in _cases() if c.public.family == "wrong_type")
+    for code, text in _outcome_actions(case).items():
+        env = RepairEnv(case.public)
+        env.reset()
+        _, record = env.step(text)
+        assert record.outcome == code, (code, record.message)
+        assert (env.log.dispatched is not None) == (code == "accepted")

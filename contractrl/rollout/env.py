@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..tasks.cases import PublicCase
 from ..tasks.catalog import make_sandbox
 from ..validators import Budgets, Code, PublicState, RepairContract, Verifier, VerifierReport, load_contract
-from ..validators.attempts import AttemptClass
+from ..validators.attempts import consumes_attempt
 from .prompts import ARMS, WHOLE_OBJECT_ARMS
 
 
@@ -145,9 +145,7 @@ class RepairEnv:
 def episode_row(case: PublicCase, log: EpisodeLog, *, arm: str, policy: str, seed: int, sample: int) -> dict[str, Any]:
     """The ledger row of one finished episode (public information only)."""
     steps = log.steps
-    patch_attempts = sum(
-        1 for s in steps if s.attempt_class != AttemptClass.EXHAUSTED.value and s.outcome not in ("abstain", "refusal")
-    )
+    patch_attempts = sum(1 for s in steps if consumes_attempt(Code(s.outcome)))
     return {
         "episode_id": f"{case.case_id}/{arm}/{seed}/{sample}",
         "case_id": case.case_id,

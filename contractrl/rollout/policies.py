@@ -21,7 +21,7 @@ from ..validators import PublicState
 from ..validators.apply import apply_patch
 from ..validators.jsonvalue import canonical_json, json_equal
 from ..validators.patch import PatchAction, parse_action
-from ..validators.pointer import parse_pointer, resolve
+from ..validators.pointer import format_pointer, parse_pointer, resolve
 from .prompts import WHOLE_OBJECT_ARMS
 
 ABSTAIN = "ABSTAIN"
@@ -194,10 +194,11 @@ class HeuristicPolicy:
         for key, value in stated.items():
             if (key,) in immutable or key not in schema.get("properties", {}) or not isinstance(candidate, dict):
                 continue
+            path = format_pointer((key,))
             if key not in candidate:
-                ops["/" + key] = {"op": "add", "path": "/" + key, "value": value}
+                ops[path] = {"op": "add", "path": path, "value": value}
             elif not json_equal(candidate[key], value):
-                ops["/" + key] = {"op": "replace", "path": "/" + key, "value": value}
+                ops[path] = {"op": "replace", "path": path, "value": value}
         return ops
 
     @staticmethod
@@ -205,18 +206,18 @@ class HeuristicPolicy:
         code: str, tokens: tuple[str, ...], expected: str, candidate: Any, stated: dict[str, Any], schema: dict[str, Any]
     ) -> dict[str, Any] | None:
         top = tokens[0]
-        top_path = "/" + top.replace("~", "~0").replace("/", "~1")
+        top_path = format_pointer((top,))
         props = schema.get("properties", {})
         if code == "additional_property" and len(tokens) == 1 and top not in props:
             missing = [k for k in schema.get("required", []) if k not in candidate]
             if len(missing) == 1:
-                return {"op": "move", "from": top_path, "path": "/" + missing[0]}
+                return {"op": "move", "from": top_path, "path": format_pointer((missing[0],))}
             return {"op": "remove", "path": top_path}
         if top in stated and top in props:
             op = "replace" if isinstance(candidate, dict) and top in candidate else "add"
             return {"op": op, "path": top_path, "value": stated[top]}
         current = resolve(candidate, tokens, None)
-        path = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
+        path = format_pointer(tokens)
         if code == "wrong_type" and current is not None:
             value = _coerce(current, expected)
             return None if value is None else {"op": "replace", "path": path, "value": value}

@@ -132,7 +132,10 @@ def _leaks(public: PublicCase, value: Any) -> bool:
     """Whether a withheld value can be read anywhere in the public half."""
     text = canonical_json(public.to_row())
     needle = canonical_json(value)
-    return needle in text or (isinstance(value, str) and value in text) or (isinstance(value, str) and value in public.request)
+    if needle in text:
+        return True
+    # the row text is JSON-escaped, so a string with quotes or newlines is also looked for raw in the request
+    return isinstance(value, str) and (value in text or value in public.request)
 
 
 def generate_cases(

@@ -56,3 +56,10 @@ def _classify(code: Code) -> AttemptClass:
 
 
 _CLASS_OF: dict[Code, AttemptClass] = {code: _classify(code) for code in Code}
+# Responses that end an episode without spending an attempt, or arrive after it ended.
+_FREE = frozenset({Code.ABSTAIN, Code.REFUSAL, Code.ATTEMPTS_EXHAUSTED})
+
+
+def consumes_attempt(code: Code) -> bool:
+    """Whether an attempt that ended in ``code`` counts against the attempt budget (a = r + 1)."""
+    return code not in _FREE

@@ -99,14 +99,3 @@ PATCH_CODES = frozenset(
     }
 )
 BUDGET_CODES = frozenset({Code.ATTEMPTS_EXHAUSTED})
-# Codes a strict parse of model text can end in, besides a parsed value.
-PARSE_FAILURE_CODES = frozenset(
-    {
-        Code.MALFORMED_JSON,
-        Code.TRUNCATED,
-        Code.DUPLICATE_KEY,
-        Code.NON_FINITE_NUMBER,
-        Code.TOO_LARGE,
-        Code.TOO_DEEP,
-    }
-)

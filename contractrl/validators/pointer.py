@@ -91,11 +91,3 @@ def resolve(document: Any, tokens: Tokens, default: Any = _MISSING) -> Any:
     if default is _MISSING:
         raise KeyError(format_pointer(tokens))
     return default
-
-
-def exists(document: Any, tokens: Tokens) -> bool:
-    """Whether ``tokens`` names an existing value in ``document``."""
-    return resolve(document, tokens, _ABSENT) is not _ABSENT
-
-
-_ABSENT = object()

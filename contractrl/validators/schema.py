@@ -21,7 +21,7 @@ from ..errors import SchemaCompileError
 from .codes import Code
 from .dialects import NormalizedSchema, SchemaLimits, normalize_schema
 from .jsonvalue import canonical_json, json_type_name
-from .pointer import format_pointer, resolve
+from .pointer import format_pointer, parse_pointer, resolve
 from .report import VerifierError, truncate_actual
 
 BackendName = Literal["rs", "python"]
@@ -53,7 +53,7 @@ def _schema_at(schema: Any, path: list[str | int]) -> Any:
     for token in path:
         if token == "$ref" and isinstance(node, dict) and isinstance(node.get("$ref"), str):
             ref = node["$ref"]
-            node = root if ref == "#" else resolve(root, tuple(_unescape_all(ref[2:].split("/"))), None)
+            node = root if ref == "#" else resolve(root, parse_pointer(ref[1:]), None)
             continue
         if isinstance(node, dict):
             node = node.get(str(token))
@@ -62,10 +62,6 @@ def _schema_at(schema: Any, path: list[str | int]) -> Any:
         else:
             return None
     return node
-
-
-def _unescape_all(tokens: list[str]) -> list[str]:
-    return [t.replace("~1", "/").replace("~0", "~") for t in tokens]
 
 
 class RsBackend:

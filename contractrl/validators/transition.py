@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .apply import apply_patch
-from .attempts import AttemptClass, classify_attempt
+from .attempts import AttemptClass, classify_attempt, consumes_attempt
 from .codes import Code
 from .collateral import changed_leaves, outside
 from .jsonvalue import json_equal
@@ -103,10 +103,9 @@ class PublicState:
 
     @property
     def attempts_used(self) -> int:
-        return sum(1 for h in self.history if h.attempt_class is not AttemptClass.EXHAUSTED and h.outcome not in _FREE)
+        return sum(1 for h in self.history if consumes_attempt(h.outcome))
 
 
-_FREE = frozenset({Code.ABSTAIN, Code.REFUSAL})
 _ABSENT = object()
 
 

@@ -220,6 +220,44 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from .configtree import load_config, to_dict
+    from .trainer.config import TrainConfig
+
+    config = load_config(TrainConfig, args.config, args.overrides)
+    if args.print_config:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(to_dict(config), sort_keys=False))
+        return EXIT_OK
+    from .trainer.entry import train
+
+    result = train(config, progress=not args.no_progress)
+    _emit(
+        {
+            "out": result.out,
+            "steps": result.global_step,
+            "rollout_digest": result.rollout_digest,
+            "model_dir": result.model_dir,
+            "eval_semantic_success": {stage: e["semantic_success"] for stage, e in result.evals.items()},
+            "metrics": f"{result.out}/metrics.parquet",
+        }
+    )
+    return EXIT_OK
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .trainer.tune import load_sweep, run_sweep, sweep_trials
+
+    sweep, base = load_sweep(args.config, args.overrides)
+    if args.dry_run:
+        _emit({"name": sweep.name, "trials": sweep_trials(sweep), "search": sweep.search})
+        return EXIT_OK
+    path = run_sweep(sweep, base)
+    _emit({"name": sweep.name, "trials_table": str(path)})
+    return EXIT_OK
+
+
 def _add_verifier_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schema", required=True, help="JSON Schema file (BFCL, draft-04/06/07 or 2020-12)")
     p.add_argument("--call", required=True, help="the tool call's arguments as JSON")
@@ -295,6 +333,19 @@ def build_parser() -> argparse.ArgumentParser:
     screen.add_argument("--seed", type=int, default=13)
     screen.add_argument("--json", action="store_true")
     screen.set_defaults(func=cmd_screen)
+
+    train = sub.add_parser("train", help="SFT then GRPO training from a YAML config with key=value overrides")
+    train.add_argument("--config", help="training config YAML (e.g. tune_configs/tiny.yaml); defaults apply without one")
+    train.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. grpo.steps=10 resume=true")
+    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    train.set_defaults(func=cmd_train)
+
+    tune = sub.add_parser("tune", help="a Ray Tune sweep of training runs (tune_configs/*.yaml)")
+    tune.add_argument("--config", required=True, help="sweep YAML: base config, search space, metric")
+    tune.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the sweep file's keys")
+    tune.add_argument("--dry-run", action="store_true", help="validate every trial config, print the trial count, exit")
+    tune.set_defaults(func=cmd_tune)
     return parser
 
 

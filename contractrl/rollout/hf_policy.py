@@ -82,11 +82,16 @@ class HFPolicy:
         self._compiler: Any = None
 
     def generate(self, observations: Sequence[Observation]) -> list[Generation]:
-        out: list[Generation] = []
+        """Batches of similar prompt length (less padding), returned in the callers' order."""
         size = self.sampling.batch_size
-        for start in range(0, len(observations), size):
-            out.extend(self._batch(observations[start : start + size]))
-        return out
+        lengths = [len(canonical_json(o.case.schema)) + len(o.case.request) for o in observations]
+        order = sorted(range(len(observations)), key=lambda i: (lengths[i], i))
+        out: list[Generation | None] = [None] * len(observations)
+        for start in range(0, len(order), size):
+            chunk = order[start : start + size]
+            for index, gen in zip(chunk, self._batch([observations[i] for i in chunk]), strict=True):
+                out[index] = gen
+        return [g for g in out if g is not None]
 
     def _seed(self, observations: Sequence[Observation]) -> int:
         """One seed per batch from the episodes in it, so reruns of the same batch sample the same."""
@@ -102,6 +107,7 @@ class HFPolicy:
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
         prompt_len = enc["input_ids"].shape[1]
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
+        prompt_ids = [tuple(ids[prompt_len - n :]) for ids, n in zip(enc["input_ids"].tolist(), prompt_tokens, strict=True)]
 
         class _JsonStop(StoppingCriteria):
             def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
@@ -148,6 +154,7 @@ class HFPolicy:
                     prompt_tokens=int(prompt_tokens[row]),
                     token_ids=tuple(ids[:keep]),
                     logprobs=tuple(float(x) for x in chosen[row, :keep].tolist()),
+                    prompt_ids=prompt_ids[row],
                 )
             )
         return generations

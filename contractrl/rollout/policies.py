@@ -47,6 +47,7 @@ class Generation:
     prompt_tokens: int = 0
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
+    prompt_ids: tuple[int, ...] = ()  # what the model was conditioned on (for the policy-gradient pass)
 
 
 class Policy(Protocol):

@@ -9,12 +9,22 @@ in (case, sample) order, whatever the number of workers, so the ledger digest is
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..tasks.cases import PublicCase
 from ..validators import PublicState
 from .policies import Generation, Observation, Policy
 from .worker import EpisodeKey, EpisodeWorker, StepOutcome
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A finished episode: its ledger row and the generation of each decision, in order."""
+
+    key: EpisodeKey
+    row: dict[str, Any]
+    generations: tuple[Generation, ...]
 
 
 class WorkerPool(Protocol):
@@ -63,19 +73,24 @@ class EpisodeRunner:
         self.restarts = 0
 
     def run(self, cases: Sequence[PublicCase], *, group: int = 1, seed: int = 0, progress: Any = None) -> list[dict[str, Any]]:
+        """Ledger rows in (case, sample) order."""
+        return [episode.row for episode in self.run_episodes(cases, group=group, seed=seed, progress=progress)]
+
+    def run_episodes(self, cases: Sequence[PublicCase], *, group: int = 1, seed: int = 0, progress: Any = None) -> list[Episode]:
+        """Rows with the generations that produced them (what a policy-gradient update needs)."""
         keys = [EpisodeKey(i, g, self.arm, self.policy.name, seed) for i in range(len(cases)) for g in range(group)]
-        rows: dict[EpisodeKey, dict[str, Any]] = {}
+        episodes: dict[EpisodeKey, Episode] = {}
         for start in range(0, len(keys), self.max_inflight):
             chunk = keys[start : start + self.max_inflight]
-            rows.update(self._run_chunk(chunk, cases))
+            episodes.update(self._run_chunk(chunk, cases))
             if progress is not None:
                 progress.update(len(chunk))
-        return [rows[k] for k in keys]
+        return [episodes[k] for k in keys]
 
     def _slot(self, key: EpisodeKey) -> int:
         return (key.index * 7919 + key.sample) % self.pool.size
 
-    def _run_chunk(self, keys: list[EpisodeKey], cases: Sequence[PublicCase]) -> dict[EpisodeKey, dict[str, Any]]:
+    def _run_chunk(self, keys: list[EpisodeKey], cases: Sequence[PublicCase]) -> dict[EpisodeKey, Episode]:
         transcripts: dict[EpisodeKey, list[Generation]] = {k: [] for k in keys}
         states: dict[EpisodeKey, PublicState] = {}
         rows: dict[EpisodeKey, dict[str, Any]] = {}
@@ -90,7 +105,7 @@ class EpisodeRunner:
             round_no += 1
             if self.after_round is not None:
                 self.after_round(round_no, self.pool)
-        return rows
+        return {k: Episode(k, rows[k], tuple(transcripts[k])) for k in keys}
 
     def _dispatch(
         self,

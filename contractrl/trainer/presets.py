@@ -112,34 +112,93 @@ def build_tiny(out_dir: str | Path, config: TinyConfig = TinyConfig(), corpus: I
     return out
 
 
-def load_model(spec: str, *, cache_dir: str | Path | None = None, device: str | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer) for ``tiny``, ``hf:<name-or-path>`` or a local directory.
+def tiny_path(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/models") -> Path:
+    """Where the ``tiny`` preset of this size lives (built on first use)."""
+    return Path(cache_dir).resolve() / f"tiny-h{config.hidden_size}-l{config.num_hidden_layers}-s{config.seed}"
 
-    ``tiny`` is built on first use into ``cache_dir`` (default ``runs/models/tiny``). A hub name
-    needs network access; on a machine without it, pass a local path.
+
+def ensure_tiny(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/models") -> Path:
+    """Build the ``tiny`` preset once per size; concurrent builders (learner ranks) race safely,
+    because each builds into a private directory and the first rename wins."""
+    import os
+    import shutil
+    import tempfile
+
+    path = tiny_path(config, cache_dir)
+    if (path / "config.json").is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        build_tiny(scratch, config)
+        try:
+            os.rename(scratch, path)
+        except OSError:  # another process finished first; its build is identical
+            if not (path / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path
+
+
+def load_model(
+    spec: str,
+    *,
+    cache_dir: str | Path | None = None,
+    device: str | None = None,
+    tiny: TinyConfig = TinyConfig(),
+    dtype: str = "auto",
+) -> tuple[Any, Any]:
+    """(model, tokenizer) for ``tiny``, ``hf:<name-or-path>`` or a local directory (a saved model,
+    or a peft adapter written by ``contractrl train``, loaded on top of its base model).
+
+    ``tiny`` is built on first use under ``cache_dir`` (default ``runs/models``), one directory per
+    size. A hub name needs network access; on a machine without it, pass a local path. ``dtype``
+    ``auto`` is bf16 on a GPU and fp32 on a CPU.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    if spec == "tiny":
-        path = Path(cache_dir or "runs/models/tiny")
-        if not (path / "config.json").is_file():
-            build_tiny(path)
-    elif spec.startswith("hf:"):
-        path = Path(spec[3:]) if Path(spec[3:]).exists() else spec[3:]  # type: ignore[assignment]
-    elif Path(spec).is_dir():
-        path = Path(spec)
-    else:
-        raise ConfigError(f"unknown model {spec!r}: use tiny, hf:<name-or-path> or a model directory")
+    path = model_path(spec, cache_dir=cache_dir, tiny=tiny)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    if dtype == "auto":
+        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    else:
+        torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    tokenizer = load_tokenizer(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        if isinstance(path, Path) and (path / "adapter_config.json").is_file():  # a trained LoRA adapter
+            from peft import AutoPeftModelForCausalLM
+
+            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
     except OSError as exc:
         raise ConfigError(f"cannot load model {spec!r}: {exc}") from exc
+    model.eval()
+    return model, tokenizer
+
+
+def model_path(spec: str, *, cache_dir: str | Path | None = None, tiny: TinyConfig = TinyConfig()) -> Path | str:
+    """The directory (or hub name) behind a model spec; builds ``tiny`` when it is missing."""
+    if spec == "tiny":
+        return ensure_tiny(tiny, cache_dir or "runs/models")
+    if spec.startswith("hf:"):
+        return Path(spec[3:]) if Path(spec[3:]).exists() else spec[3:]
+    if Path(spec).is_dir():
+        return Path(spec)
+    raise ConfigError(f"unknown model {spec!r}: use tiny, hf:<name-or-path> or a model directory")
+
+
+def load_tokenizer(path: Path | str) -> Any:
+    """The tokenizer, left-padded (batched generation) and with a pad token."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot load the tokenizer of {str(path)!r}: {exc}") from exc
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.eval()
-    return model, tokenizer
+    return tokenizer

@@ -1,0 +1,197 @@
+"""One typed config tree: frozen dataclasses loaded from YAML, with ``key=value`` overrides.
+
+A config is a tree of frozen dataclasses whose field annotations *are* the schema. Loading checks
+every key and value against them, so a typo (``grpo.lr_rate=1e-4``) or a wrong type
+(``grpo.steps=ten``) fails before any work starts, naming the dotted key, what was expected and
+the closest known key. The same loader serves ``contractrl train``, ``contractrl tune`` and
+``contractrl run``, so a sweep and a single run read configs identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import yaml
+
+from .errors import ConfigError, InputFileError
+
+T = TypeVar("T")
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["grpo.steps=10", "model.lora.r=4"]`` -> a nested dict; values are read as YAML scalars/lists."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.steps=10)")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML: {exc}") from exc
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r} conflicts with an earlier override of {part!r}")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge: mappings merge key by key, anything else in ``extra`` replaces ``base``."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from a file, with typed errors for missing, oversized or malformed files."""
+    file = Path(path)
+    if not file.is_file():
+        raise InputFileError(f"config file {file} does not exist")
+    if file.stat().st_size > _MAX_CONFIG_BYTES:
+        raise InputFileError(f"config file {file} is larger than {_MAX_CONFIG_BYTES} bytes")
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"config file {file} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputFileError(f"config file {file} must hold a mapping at the top level, not {type(data).__name__}")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+    """``cls`` from an optional YAML file and ``key=value`` overrides (the overrides win)."""
+    data = read_yaml(path) if path is not None else {}
+    return from_dict(cls, merge(data, parse_overrides(overrides)))
+
+
+def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
+    """Build dataclass ``cls`` from plain data, checking every key and value."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix or 'config'} must be a mapping, not {type(data).__name__} ({data!r})")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), list(fields), n=1)
+        hint = f"; did you mean {_join(prefix, close[0])!r}?" if close else f"; known keys: {', '.join(sorted(fields))}"
+        raise ConfigError(f"unknown config key {_join(prefix, str(key))!r}{hint}")
+    kwargs = {name: _coerce(hints[name], value, _join(prefix, name)) for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{prefix or 'config'}: {exc}") from exc
+
+
+def to_dict(config: Any) -> Any:
+    """Plain data (YAML/JSON-ready) from a config tree; tuples become lists."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {f.name: to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    if isinstance(config, (list, tuple)):
+        return [to_dict(v) for v in config]
+    return config
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp))
+    if origin is tuple:
+        return f"a list of {_describe(get_args(tp)[0])}"
+    if origin is dict:
+        return f"a mapping of {_describe(get_args(tp)[1])}"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    bad = ConfigError(f"config key {key!r} must be {_describe(tp)}, got {value!r}")
+    if origin in (Union, types.UnionType):
+        options = get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, key)
+            except ConfigError:
+                continue
+        raise bad
+    if origin is Literal:
+        if value in get_args(tp) and type(value) in {type(a) for a in get_args(tp)}:
+            return value
+        raise bad
+    if origin is tuple:
+        if isinstance(value, str):  # a single item may be written without brackets
+            value = [value]
+        if not isinstance(value, Sequence):
+            raise bad
+        item = get_args(tp)[0]
+        return tuple(_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise bad
+        value_type = get_args(tp)[1]
+        return {str(k): _coerce(value_type, v, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key)  # type: ignore[arg-type]
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise bad
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise bad
+    raise ConfigError(f"config key {key!r} has an unsupported type {tp!r}")  # a bug in a config class
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise :class:`ConfigError` unless ``condition``: for range checks in ``__post_init__``."""
+    if not condition:
+        raise ConfigError(message)
+
+
+__all__ = ["check", "from_dict", "load_config", "merge", "parse_overrides", "read_yaml", "to_dict"]

@@ -1,0 +1,199 @@
+"""``contractrl train``: cases, learners, workers and judge wired together for one run directory.
+
+This is the one module of the trainer that handles both halves of a case, and only to hand them
+to their separate owners: the public half to the rollout workers and prompts, the gold answers to
+SFT (as :class:`Demonstration` texts), the offline half to the judge, which scores frozen ledgers
+only. Everything else in ``trainer`` sees public cases.
+
+A run directory holds ``manifest.json``, ``cases/{train,eval}`` (with their split audit),
+``rollouts/step-N`` (one frozen ledger per GRPO step), ``eval/after-<stage>`` (held-out ledgers),
+``checkpoints/``, ``metrics.parquet``, ``wandb/`` and the trained ``adapter/`` (or ``model/``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..analysis.judge import Judge
+from ..configtree import to_dict
+from ..errors import ConfigError
+from ..rollout.ledger import MANIFEST
+from ..rollout.run import package_versions, source_revision
+from ..rollout.runner import LocalPool, WorkerPool
+from ..tasks.audit import OverlapIndex, audit
+from ..tasks.cases import Case
+from ..tasks.demonstrations import demonstrations
+from ..tasks.generate import GenerateConfig, generate_cases
+from ..tasks.offline import read_cases
+from ..tasks.store import MANIFEST_FILE, write_case_set
+from ..validators.jsonvalue import sha256_json
+from .config import DataConfig, TrainConfig
+from .loop import Trainer, TrainResult, derived_seed
+from .presets import TinyConfig, load_tokenizer, model_path
+
+_PACKAGES_EXTRA = ("torch", "transformers", "peft", "deepspeed", "wandb")
+# keys that may differ between a run and its resumption
+_RESUMABLE = ("out", "resume")
+
+
+def run_identity(config: TrainConfig) -> dict[str, Any]:
+    """The config without the keys a resumption may change; its hash pins a run directory."""
+    data = to_dict(config)
+    for key in _RESUMABLE:
+        data.pop(key)
+    return data
+
+
+def absolute(config: TrainConfig) -> TrainConfig:
+    """Paths made absolute on the driver: Ray actors run in other working directories."""
+    model = dataclasses.replace(config.model, cache_dir=str(Path(config.model.cache_dir).resolve()))
+    return dataclasses.replace(config, out=str(Path(config.out).resolve()), model=model)
+
+
+def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
+    """Training and held-out cases, written under ``out/cases`` (read back, verified, on resume).
+
+    Held-out cases come from a derived seed and are refused when they share a fingerprint with the
+    training set on any of the audit's disjoint units.
+    """
+    train_dir, eval_dir = out / "cases" / "train", out / "cases" / "eval"
+    if (train_dir / MANIFEST_FILE).is_file() and (eval_dir / MANIFEST_FILE).is_file():
+        return read_cases(train_dir), read_cases(eval_dir)
+    common = {
+        "families": data.families,
+        "tool_families": data.tool_families,
+        "max_attempts": data.max_attempts,
+        "max_ops": data.max_ops,
+    }
+    train_config = GenerateConfig(seed=data.seed, n=data.train_cases, **common)
+    train = generate_cases(train_config)
+    write_case_set(train, train_dir, train_config.to_dict())
+    if data.eval_cases == 0:
+        return train, []
+    eval_config = GenerateConfig(seed=derived_seed(data.seed, "eval"), n=data.eval_cases, **common)
+    index = OverlapIndex(train, data.disjoint)
+    held_out = generate_cases(eval_config, reject=index.collides)
+    rows = audit(train, held_out, data.disjoint)
+    extra = {"audit": [r.to_dict() for r in rows], "disjoint_from": str(train_dir), "disjoint_units": list(data.disjoint)}
+    write_case_set(held_out, eval_dir, eval_config.to_dict(), extra)
+    return train, held_out
+
+
+def _start_manifest(config: TrainConfig, out: Path) -> None:
+    identity = run_identity(config)
+    path = out / MANIFEST
+    if path.is_file():
+        existing = json.loads(path.read_text())
+        if not config.resume:
+            raise ConfigError(f"{out} already holds a training run; pass resume=true to continue it, or choose another out=")
+        if existing.get("config_sha256") != sha256_json(identity):
+            changed = _changed_keys(existing.get("config", {}), identity)
+            raise ConfigError(f"cannot resume {out}: its config differs in {', '.join(changed) or 'some keys'}")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "kind": "contractrl.train",
+        "contractrl_version": __version__,
+        "config": identity,
+        "config_sha256": sha256_json(identity),
+        "seed": config.seed,
+        "source_revision": source_revision(),
+        "packages": {**package_versions(), **_extra_versions()},
+        "status": "running",
+    }
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def _finish_manifest(out: Path, result: TrainResult, wall_s: float) -> None:
+    path = out / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest.update(
+        {
+            "status": "finished",
+            "global_step": result.global_step,
+            "rollout_digest": result.rollout_digest,
+            "evals": result.evals,
+            "model_dir": result.model_dir,
+            "wandb_dir": result.wandb_dir,
+            "wall_s_last_session": round(wall_s, 3),
+        }
+    )
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            out.extend(_changed_keys(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key))
+        return out
+    return [] if old == new else [prefix]
+
+
+def _extra_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for name in _PACKAGES_EXTRA:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _pool(config: TrainConfig) -> tuple[WorkerPool, Callable[[], None]]:
+    res = config.resources
+    if res.num_workers == 0:
+        return LocalPool(1), lambda: None
+    from ..rollout.pool import RayPool
+
+    pool = RayPool(res.num_workers, num_cpus_per_worker=res.worker_cpus)
+    return pool, pool.shutdown
+
+
+def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | None = None, progress: bool = True) -> TrainResult:
+    """Run (or resume) the stages of ``config`` in ``config.out``; returns the run's summary."""
+    from .group import LearnerGroup
+
+    start = time.perf_counter()
+    config = absolute(config)
+    out = Path(config.out)
+    _start_manifest(config, out)
+    train_cases, eval_cases = prepare_cases(config.data, out)
+    tiny = TinyConfig(hidden_size=config.model.hidden_size, num_hidden_layers=config.model.layers, seed=config.seed)
+    tokenizer = load_tokenizer(model_path(config.model.name, cache_dir=config.model.cache_dir, tiny=tiny))
+    if config.resources.ray:
+        from ..rollout.pool import ensure_ray
+
+        ensure_ray()
+    group = LearnerGroup(config, use_ray=config.resources.ray)
+    pool, close_pool = _pool(config)
+    try:
+        trainer = Trainer(
+            config,
+            train_cases=[c.public for c in train_cases],
+            eval_cases=[c.public for c in eval_cases],
+            demos=demonstrations(train_cases, config.sft.arm),
+            judge=Judge([*train_cases, *eval_cases]),
+            group=group,
+            pool=pool,
+            tokenizer=tokenizer,
+            report=report,
+            progress=progress,
+        )
+        result = trainer.run(to_dict(config))
+    finally:
+        close_pool()
+        group.shutdown()
+    _finish_manifest(out, result, time.perf_counter() - start)
+    return result
+
+
+__all__ = ["absolute", "prepare_cases", "run_identity", "train"]

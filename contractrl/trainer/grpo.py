@@ -1,0 +1,101 @@
+"""The group-relative objective: advantages within a group, and the clipped token-level loss.
+
+Pure functions over numbers and tensors, so each can be checked against hand-computed values.
+
+* Advantages: ``(r - mean_g) / (std_g + eps)`` over the G episodes of one case. Options: no std
+  scaling (Dr. GRPO), and a leave-one-out baseline (RLOO: each episode against the mean of the
+  *other* G - 1). A group whose rewards are all equal carries no signal: every advantage is 0 and
+  its samples are dropped before the update.
+* Loss: PPO's clipped ratio with separate low and high clip ranges (DAPO's clip-higher), summed
+  over tokens and divided by the number of tokens in the whole batch (token-level aggregation),
+  plus an optional k3 estimate of KL to the reference policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ZERO_VARIANCE_TOL = 1e-9
+
+
+def group_advantages(
+    rewards: Sequence[float], *, scale_std: bool = True, baseline: str = "mean", eps: float = 1e-4
+) -> list[float]:
+    """Advantages of one group. ``std`` is the sample standard deviation (n - 1), as in GRPO."""
+    n = len(rewards)
+    if n < 2:
+        raise ValueError("a group needs at least two episodes")
+    mean = sum(rewards) / n
+    if max(rewards) - min(rewards) <= ZERO_VARIANCE_TOL:
+        return [0.0] * n
+    if baseline == "mean":
+        centred = [r - mean for r in rewards]
+    elif baseline == "leave_one_out":
+        total = sum(rewards)
+        centred = [r - (total - r) / (n - 1) for r in rewards]
+    else:
+        raise ValueError(f"unknown baseline {baseline!r}; use mean or leave_one_out")
+    if not scale_std:
+        return centred
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+    return [c / (std + eps) for c in centred]
+
+
+@dataclass(frozen=True)
+class PolicySample:
+    """One generated turn to learn from: what the model saw, what it sampled, and how good it was."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    old_logprobs: tuple[float, ...]
+    advantage: float
+
+
+def clipped_policy_loss(
+    new_logprobs: Any,
+    old_logprobs: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    clip_low: float,
+    clip_high: float,
+    token_denominator: float,
+    ref_logprobs: Any = None,
+    kl_coef: float = 0.0,
+) -> tuple[Any, dict[str, Any]]:
+    """Token-level clipped surrogate over a (batch, tokens) block; returns (loss, detached parts).
+
+    ``advantages`` has one value per sequence; ``mask`` marks real completion tokens;
+    ``token_denominator`` is the number of completion tokens in the whole update (all micro-batches
+    and ranks), so each token weighs the same however the batch is split.
+    """
+    import torch
+
+    adv = advantages.unsqueeze(-1)
+    ratio = torch.exp(new_logprobs - old_logprobs)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    kl = torch.zeros_like(per_token)
+    if ref_logprobs is not None and kl_coef > 0:
+        delta = ref_logprobs - new_logprobs
+        kl = torch.exp(delta) - delta - 1.0  # k3: unbiased, always >= 0
+        per_token = per_token + kl_coef * kl
+    mask = mask.to(per_token.dtype)
+    loss = (per_token * mask).sum() / token_denominator
+    with torch.no_grad():
+        was_clipped = ((ratio < 1.0 - clip_low) & (adv < 0)) | ((ratio > 1.0 + clip_high) & (adv > 0))
+        parts = {
+            "policy_loss_sum": float((-torch.minimum(unclipped, clipped) * mask).sum()),
+            "kl_sum": float((kl * mask).sum()),
+            "clipped_tokens": float((was_clipped.to(mask.dtype) * mask).sum()),
+            "ratio_sum": float((ratio * mask).sum()),
+            "tokens": float(mask.sum()),
+        }
+    return loss, parts
+
+
+__all__ = ["PolicySample", "clipped_policy_loss", "group_advantages"]

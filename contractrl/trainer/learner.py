@@ -1,0 +1,319 @@
+"""One learner rank: the policy model (peft LoRA or full), its optimizer engine, and the updates.
+
+A plain class, unit-tested in process; :mod:`contractrl.trainer.group` places one per rank in a Ray
+actor (on a GPU when the cluster has them). The same object generates rollouts when the learner
+and the generator are colocated, so the rollout side always samples from the weights it just
+updated; :meth:`fingerprint` lets the trainer assert that it does.
+
+Sequences are left-padded with explicit position ids, exactly as ``generate`` builds them, so the
+log-probabilities of the update pass match the ones recorded at sampling time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import socket
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..rollout.hf_policy import HFPolicy, SamplingConfig
+from ..rollout.policies import Generation, Observation
+from .config import TrainConfig
+from .engine import DeepSpeedEngine, TorchEngine, TrainEngine
+from .grpo import PolicySample, clipped_policy_loss
+from .presets import TinyConfig, load_model
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def node_address() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.util.get_node_ip_address())
+    except ImportError:  # pragma: no cover - ray is a dependency
+        pass
+    return "127.0.0.1"
+
+
+def _micro_batches(items: Sequence[T], size: int, length: Callable[[T], int]) -> list[list[T]]:
+    """Micro-batches of similar length (little padding); the loss is token-level, so order is free.
+    A rank with nothing to do still gets one empty micro-batch, to join the gradient all-reduce."""
+    ordered = sorted(items, key=length)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)] or [[]]
+
+
+class Learner:
+    """Holds the trainable policy of one data-parallel rank."""
+
+    def __init__(self, config: TrainConfig, rank: int = 0, world_size: int = 1) -> None:
+        import torch
+
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        torch.manual_seed(config.seed + rank)
+        random.seed(config.seed + rank)
+        self.device = "cuda" if torch.cuda.is_available() and config.resources.learner_gpus > 0 else "cpu"
+        if self.device == "cuda":
+            torch.cuda.set_device(0)  # Ray exposes the rank's own GPU as device 0
+        model_cfg = config.model
+        tiny = TinyConfig(hidden_size=model_cfg.hidden_size, num_hidden_layers=model_cfg.layers, seed=config.seed)
+        base, self.tokenizer = load_model(
+            model_cfg.name, cache_dir=model_cfg.cache_dir, device=self.device, tiny=tiny, dtype=model_cfg.dtype
+        )
+        if model_cfg.gradient_checkpointing:
+            base.gradient_checkpointing_enable()
+        self.model = self._wrap_lora(base)
+        self.bf16 = next(self.model.parameters()).dtype == torch.bfloat16
+        self.engine: TrainEngine | None = None
+        self.stage: str | None = None
+        self._reference: Any = None
+
+    # --- setup -------------------------------------------------------------------------------
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0's address and a free port, for the ranks' process group."""
+        return node_address(), free_port()
+
+    def init_distributed(self, master: tuple[str, int] | None = None) -> None:
+        """Join the ranks' process group (DeepSpeed needs one even for a single rank)."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return
+        addr, port = master or ("127.0.0.1", free_port())
+        backend = "nccl" if self.device == "cuda" else "gloo"
+        os.environ.update(
+            {
+                "MASTER_ADDR": addr,
+                "MASTER_PORT": str(port),
+                "RANK": str(self.rank),
+                "WORLD_SIZE": str(self.world_size),
+                "LOCAL_RANK": "0",
+            }
+        )
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=self.rank, world_size=self.world_size)
+
+    def _wrap_lora(self, base: Any) -> Any:
+        lora = self.config.model.lora
+        if not lora.enabled:
+            for param in base.parameters():
+                param.requires_grad_(True)
+            return base
+        from peft import LoraConfig, get_peft_model
+
+        peft_config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            task_type="CAUSAL_LM",
+            bias="none",
+        )
+        return get_peft_model(base, peft_config)
+
+    def start_stage(self, stage: str, total_steps: int) -> None:
+        """A fresh optimizer and schedule for ``stage`` (SFT and GRPO have their own)."""
+        optim = self.config.sft.optim if stage == "sft" else self.config.grpo.optim
+        if self.config.deepspeed.enabled:
+            self.engine = DeepSpeedEngine(self.model, optim, total_steps, self.config.deepspeed, bf16=self.bf16)
+        else:
+            self.engine = TorchEngine(self.model, optim, total_steps)
+        self.stage = stage
+        self.model.train()
+
+    def _require_engine(self) -> TrainEngine:
+        if self.engine is None:
+            raise RuntimeError("call start_stage() before training")
+        return self.engine
+
+    # --- generation ----------------------------------------------------------------------------
+
+    def generate(self, observations: Sequence[Observation], sampling: SamplingConfig, arm: str) -> list[Generation]:
+        import torch
+
+        self.model.eval()
+        policy = HFPolicy(self.model, self.tokenizer, arm=arm, sampling=sampling, name="learner")
+        with torch.no_grad():
+            out = policy.generate(list(observations))
+        self.model.train()
+        return out
+
+    # --- updates -------------------------------------------------------------------------------
+
+    def _batch_logprobs(
+        self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], temperature: float, model: Any = None
+    ) -> tuple[Any, Any]:
+        """Right-aligned completion log-probs (batch, K) and their mask, for prompt+completion pairs."""
+        import torch
+
+        pad = self.tokenizer.pad_token_id
+        width = max(len(c) for _, c in pairs)
+        length = max(len(p) + len(c) for p, c in pairs)
+        ids = torch.full((len(pairs), length), pad, dtype=torch.long)
+        attention = torch.zeros((len(pairs), length), dtype=torch.long)
+        mask = torch.zeros((len(pairs), width), dtype=torch.float32)
+        for row, (prompt, completion) in enumerate(pairs):
+            seq = list(prompt) + list(completion)
+            ids[row, length - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            attention[row, length - len(seq) :] = 1
+            mask[row, width - len(completion) :] = 1.0
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        device = next(self.model.parameters()).device
+        ids, attention, positions, mask = ids.to(device), attention.to(device), positions.to(device), mask.to(device)
+        forward = model if model is not None else (self.engine.engine if isinstance(self.engine, DeepSpeedEngine) else self.model)
+        out = forward(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=width + 1, use_cache=False)
+        logits = out.logits[:, :-1, :].float() / temperature
+        targets = ids[:, length - width :]
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return logprobs, mask
+
+    def sft_step(self, examples: Sequence[tuple[Sequence[int], Sequence[int]]], token_denominator: float) -> dict[str, float]:
+        """One optimizer step of token-level cross-entropy on answer tokens only."""
+        engine = self._require_engine()
+        chunks = _micro_batches(examples, self.config.sft.micro_batch_size, lambda e: len(e[0]) + len(e[1]))
+        total = 0.0
+        tokens = 0.0
+        for index, chunk in enumerate(chunks):
+            last = index == len(chunks) - 1
+            if not chunk:
+                engine.backward(self._zero_loss(), last=last)
+                continue
+            logprobs, mask = self._batch_logprobs(chunk, 1.0)
+            loss = -(logprobs * mask).sum() / token_denominator
+            engine.backward(loss, last=last)
+            total += float(loss.detach()) * token_denominator
+            tokens += float(mask.sum())
+        grad_norm = engine.step()
+        return {"loss_sum": total, "tokens": tokens, "grad_norm": grad_norm, "lr": engine.lr()}
+
+    def grpo_step(self, samples: Sequence[PolicySample], token_denominator: float) -> dict[str, float]:
+        """One optimizer step of the clipped group-relative objective over ``samples``."""
+        import torch
+
+        engine = self._require_engine()
+        grpo = self.config.grpo
+        chunks = _micro_batches(samples, grpo.micro_batch_size, lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        sums = {"policy_loss_sum": 0.0, "kl_sum": 0.0, "clipped_tokens": 0.0, "ratio_sum": 0.0, "tokens": 0.0, "loss_sum": 0.0}
+        for index, chunk in enumerate(chunks):
+            last = index == len(chunks) - 1
+            if not chunk:
+                engine.backward(self._zero_loss(), last=last)
+                continue
+            pairs = [(s.prompt_ids, s.completion_ids) for s in chunk]
+            new, mask = self._batch_logprobs(pairs, grpo.temperature)
+            old = torch.zeros_like(new)
+            for row, sample in enumerate(chunk):
+                if sample.old_logprobs:
+                    old[row, new.shape[1] - len(sample.old_logprobs) :] = torch.tensor(sample.old_logprobs)
+            ref = self._reference_logprobs(pairs) if grpo.kl_coef > 0 else None
+            advantages = torch.tensor([s.advantage for s in chunk], dtype=new.dtype, device=new.device)
+            loss, parts = clipped_policy_loss(
+                new,
+                old,
+                advantages,
+                mask,
+                clip_low=grpo.clip_low,
+                clip_high=grpo.clip_high,
+                token_denominator=token_denominator,
+                ref_logprobs=ref,
+                kl_coef=grpo.kl_coef,
+            )
+            engine.backward(loss, last=last)
+            for key, value in parts.items():
+                sums[key] += value
+            sums["loss_sum"] += float(loss.detach()) * token_denominator
+        sums["grad_norm"] = engine.step()
+        sums["lr"] = engine.lr()
+        return sums
+
+    def _reference_logprobs(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Any:
+        """Log-probs under the reference policy: the base model with the adapter switched off, or a
+        frozen copy for full fine-tuning (affordable only for small models)."""
+        import copy
+
+        import torch
+
+        with torch.no_grad():
+            if hasattr(self.model, "disable_adapter"):
+                with self.model.disable_adapter():
+                    logprobs, _ = self._batch_logprobs(pairs, self.config.grpo.temperature, model=self.model)
+                return logprobs
+            if self._reference is None:
+                self._reference = copy.deepcopy(self.model).eval()
+                for param in self._reference.parameters():
+                    param.requires_grad_(False)
+            logprobs, _ = self._batch_logprobs(pairs, self.config.grpo.temperature, model=self._reference)
+            return logprobs
+
+    def _zero_loss(self) -> Any:
+        """A loss with zero gradient that still joins the ranks' gradient all-reduce."""
+        return sum(p.sum() * 0.0 for p in self.model.parameters() if p.requires_grad)
+
+    # --- weights -------------------------------------------------------------------------------
+
+    def trainable_state(self) -> dict[str, Any]:
+        """The tensors a separate generator needs: the LoRA adapter, or every weight without LoRA."""
+        if hasattr(self.model, "peft_config"):
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(self.model)
+        else:
+            state = self.model.state_dict()
+        return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
+
+    def load_trainable_state(self, state: dict[str, Any]) -> None:
+        if hasattr(self.model, "peft_config"):
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, state)
+        else:
+            self.model.load_state_dict(state)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the trainable weights: equal fingerprints mean equal policies."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.trainable_state().items()):
+            digest.update(name.encode())
+            digest.update(tensor.float().numpy().tobytes())
+        return digest.hexdigest()
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, directory: str | Path, client_state: dict[str, Any]) -> None:
+        import torch
+
+        rng = {"python": random.getstate(), "torch": torch.get_rng_state()}
+        self._require_engine().save(Path(directory) / f"rank-{self.rank}", {"contractrl": client_state, "rng": rng})
+
+    def load_checkpoint(self, directory: str | Path) -> dict[str, Any]:
+        import torch
+
+        state = self._require_engine().load(Path(directory) / f"rank-{self.rank}")
+        random.setstate(state["rng"]["python"])
+        torch.set_rng_state(state["rng"]["torch"])
+        return dict(state["contractrl"])
+
+    def save_pretrained(self, directory: str | Path) -> str:
+        """The adapter in peft format (load with ``PeftModel.from_pretrained``), or the full model."""
+        out = Path(directory)
+        self.model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        return str(out)
+
+    def ping(self) -> bool:
+        return True
+
+
+__all__ = ["Learner", "free_port", "node_address"]

@@ -1,0 +1,387 @@
+"""The training loop: SFT steps, then GRPO steps over whole repair episodes, with checkpoints.
+
+One GRPO step, in the order the evidence boundary demands:
+
+1. pick the step's cases (a pure function of seed and step) and roll out G episodes per case with
+   the current weights, on the validator/sandbox workers;
+2. append the episodes to a fresh ledger under ``rollouts/step-N`` and *freeze* it;
+3. ask the judge for semantic verdicts on the frozen ledger (the only moment the offline half is
+   consulted), and compute each episode's reward from its ledger row and verdict;
+4. group-relative advantages per case; groups without variance are dropped;
+5. clipped policy-gradient update on every generated turn of the remaining episodes, then check
+   that the weights rollouts come from have changed.
+
+The loop takes its collaborators (learner group, worker pool, judge, tracker) from the caller, so
+tests can run it in process and :mod:`contractrl.trainer.entry` can run it on Ray.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..rollout.env import RepairEnv
+from ..rollout.hf_policy import SamplingConfig
+from ..rollout.ledger import MANIFEST, LedgerWriter
+from ..rollout.prompts import render_messages, render_prompt
+from ..rollout.runner import Episode, EpisodeRunner, WorkerPool
+from ..tasks.cases import PublicCase
+from ..tasks.demonstrations import Demonstration
+from ..validators.jsonvalue import canonical_json
+from .checkpoint import (
+    WEIGHTS_FILE,
+    TrainerState,
+    checkpoint_dir,
+    commit,
+    latest_checkpoint,
+    read_state,
+    scratch_dir,
+    write_state,
+)
+from .config import TrainConfig
+from .group import GroupPolicy, LearnerGroup
+from .grpo import PolicySample, group_advantages
+from .reward import episode_reward
+from .tracking import MetricsTable, Tracker
+
+ROLLOUTS = "rollouts"
+EVALS = "eval"
+
+
+class VerdictLike(Protocol):
+    success: bool
+
+
+class EpisodeJudge(Protocol):
+    """Scores the episodes of a frozen ledger (see :class:`contractrl.analysis.judge.Judge`)."""
+
+    def score_run(self, run_dir: str | Path) -> list[tuple[dict[str, Any], VerdictLike]]: ...
+
+
+def derived_seed(*parts: Any) -> int:
+    """A 32-bit seed from any JSON-able parts: batches and sampling depend on (seed, stage, step) only."""
+    return int(hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()[:8], 16)
+
+
+def batch_indices(seed: int, stage: str, step: int, n: int, size: int) -> list[int]:
+    """Indices of step ``step``'s batch: epochs of seeded permutations, read in order."""
+    out = []
+    perms: dict[int, list[int]] = {}
+    for position in range(step * size, (step + 1) * size):
+        epoch = position // n
+        if epoch not in perms:
+            order = list(range(n))
+            random.Random(derived_seed(seed, stage, epoch)).shuffle(order)
+            perms[epoch] = order
+        out.append(perms[epoch][position % n])
+    return out
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    out: str
+    global_step: int
+    rollout_digest: str
+    evals: dict[str, dict[str, Any]]
+    model_dir: str
+    wandb_dir: str | None
+
+
+class Trainer:
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        train_cases: Sequence[PublicCase],
+        eval_cases: Sequence[PublicCase],
+        demos: Sequence[Demonstration],
+        judge: EpisodeJudge,
+        group: LearnerGroup,
+        pool: WorkerPool,
+        tokenizer: Any,
+        report: Callable[[dict[str, Any]], None] | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.config = config
+        self.out = Path(config.out)
+        self.train_cases = list(train_cases)
+        self.eval_cases = list(eval_cases)
+        self.demos = list(demos)
+        self.judge = judge
+        self.group = group
+        self.pool = pool
+        self.tokenizer = tokenizer
+        self.report = report
+        self.progress = progress
+        self._examples: list[tuple[list[int], list[int]]] | None = None
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def run(self, run_config: dict[str, Any]) -> TrainResult:
+        state = self._restore()
+        metrics = MetricsTable(self.out, keep_rows=state.metrics_rows)
+        tracker = Tracker(self.config.wandb, self.out, run_config, state.wandb_run_id, name=self.out.name)
+        state.wandb_run_id = tracker.run_id
+        try:
+            for stage in self.config.stages:
+                if stage in state.stages_done:
+                    continue
+                self._run_stage(stage, state, metrics, tracker)
+            model_dir = self.group.save_pretrained(str(self.out / ("adapter" if self.config.model.lora.enabled else "model")))
+            tracker.summary({"rollout_digest": state.rollout_digest, **_flat_evals(state.evals)})
+        finally:
+            tracker.finish()
+        return TrainResult(str(self.out), state.global_step, state.rollout_digest, state.evals, model_dir, tracker.files_dir)
+
+    def _run_stage(self, stage: str, state: TrainerState, metrics: MetricsTable, tracker: Tracker) -> None:
+        steps = self.config.sft.steps if stage == "sft" else self.config.grpo.steps
+        self.group.start_stage(stage, steps)
+        resumed = latest_checkpoint(self.out) if self.config.resume else None
+        if state.stage == stage and state.stage_step > 0 and resumed is not None:
+            self.group.load_checkpoint(str(resumed))
+        else:
+            state.stage, state.stage_step = stage, 0
+        bar = _progress(self.progress, steps, state.stage_step, f"{stage}")
+        for step in range(state.stage_step, steps):
+            row = self._sft_step(step) if stage == "sft" else self._grpo_step(step, state, tracker)
+            state.stage_step += 1
+            state.global_step += 1
+            row = {"step": state.global_step, "stage": stage, "stage_step": state.stage_step, **row}
+            metrics.append(row)
+            state.metrics_rows = len(metrics.rows)
+            tracker.log(row, state.global_step)
+            if self.report is not None:
+                self.report(row)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix({k: f"{row[k]:.3f}" for k in ("loss", "reward_mean") if row.get(k) is not None})
+            if state.stage_step % self.config.checkpoint.every == 0 and state.stage_step < steps:
+                self._checkpoint(state, engine=True)
+        if bar is not None:
+            bar.close()
+        state.stages_done.append(stage)
+        if self.config.eval.enabled and self.eval_cases:
+            state.evals[stage] = self._evaluate(stage, tracker, state.global_step)
+        self._checkpoint(state, engine=False)
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def _sft_examples(self) -> list[tuple[list[int], list[int]]]:
+        if self._examples is None:
+            tok = self.tokenizer
+            examples = []
+            for demo in self.demos:
+                prompt = render_prompt(
+                    render_messages(demo.case, RepairEnv(demo.case, self.config.sft.arm).reset(), self.config.sft.arm), tok
+                )
+                answer = tok(demo.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+                examples.append((tok(prompt, add_special_tokens=False)["input_ids"], answer))
+            self._examples = examples
+        return self._examples
+
+    def _sft_step(self, step: int) -> dict[str, Any]:
+        examples = self._sft_examples()
+        if not examples:
+            raise ValueError("SFT needs at least one demonstration")
+        batch = [examples[i] for i in batch_indices(self.config.seed, "sft", step, len(examples), self.config.sft.batch_size)]
+        denominator = float(sum(len(answer) for _, answer in batch))
+        start = time.perf_counter()
+        stats = self.group.sft_step(batch, denominator)
+        elapsed = time.perf_counter() - start
+        tokens = sum(len(p) + len(a) for p, a in batch)
+        return {
+            "loss": stats["loss_sum"] / denominator,
+            "reward_mean": None,
+            "semantic_success": None,
+            "grad_norm": stats["grad_norm"],
+            "lr": stats["lr"],
+            "examples": len(batch),
+            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "wall_s": elapsed,
+        }
+
+    def _grpo_step(self, step: int, state: TrainerState, tracker: Tracker) -> dict[str, Any]:
+        cfg = self.config.grpo
+        start = time.perf_counter()
+        cases = [
+            self.train_cases[i] for i in batch_indices(self.config.seed, "grpo", step, len(self.train_cases), cfg.cases_per_step)
+        ]
+        sampling = SamplingConfig(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            batch_size=cfg.generation_batch_size,
+            seed=derived_seed(self.config.seed, "grpo", step),
+        )
+        policy = GroupPolicy(self.group, sampling, cfg.arm, name=f"grpo@{step}")
+        episodes = EpisodeRunner(policy, self.pool, arm=cfg.arm).run_episodes(cases, group=cfg.group_size, seed=self.config.seed)
+        rollout_s = time.perf_counter() - start
+
+        run_dir = self.out / ROLLOUTS / f"step-{state.global_step + 1:06d}"
+        state.rollout_digests.append(self._freeze(run_dir, episodes, {"stage": "grpo", "grpo_step": step}))
+        scored = self.judge.score_run(run_dir)  # only now, on a frozen ledger, do verdicts exist
+        rewards = [episode_reward(row, verdict.success, self.config.reward) for row, verdict in scored]
+
+        samples: list[PolicySample] = []
+        zero_variance = 0
+        for first in range(0, len(episodes), cfg.group_size):
+            values = [r.reward for r in rewards[first : first + cfg.group_size]]
+            advantages = group_advantages(values, scale_std=cfg.scale_std, baseline=cfg.baseline, eps=cfg.eps)
+            if not any(advantages):
+                zero_variance += 1
+                continue
+            for episode, advantage in zip(episodes[first : first + cfg.group_size], advantages, strict=True):
+                samples.extend(
+                    PolicySample(g.prompt_ids, g.token_ids, g.logprobs, advantage) for g in episode.generations if g.token_ids
+                )
+
+        stats: dict[str, float] = {}
+        if samples:
+            denominator = float(sum(len(s.completion_ids) for s in samples))
+            before, _ = self.group.weights_in_use()
+            for _ in range(cfg.epochs):
+                stats = self.group.grpo_step(samples, denominator)
+            self.group.after_update()
+            rollout_weights, ranks = self.group.weights_in_use()
+            if rollout_weights == before or any(rank != rollout_weights for rank in ranks):
+                raise RuntimeError(f"GRPO step {step}: the rollout policy does not hold the updated weights of every rank")
+        elapsed = time.perf_counter() - start
+        if self.config.wandb.sample_episodes:
+            tracker.log_episodes(
+                "episodes", _episode_table(scored, rewards, self.config.wandb.sample_episodes), state.global_step + 1
+            )
+        tokens = sum(int(row["generated_tokens"]) for row, _ in scored)
+        n = len(rewards)
+        tokens_done = stats.get("tokens", 0.0)
+        return {
+            "loss": stats["loss_sum"] / stats["tokens"] if stats.get("tokens") else 0.0,
+            "reward_mean": sum(r.reward for r in rewards) / n,
+            "semantic_success": sum(r.success for r in rewards) / n,
+            "collateral_mean": sum(r.collateral for r in rewards) / n,
+            "retries_mean": sum(r.retries for r in rewards) / n,
+            "masked_mean": sum(r.masked for r in rewards) / n,
+            "generated_tokens_mean": tokens / n,
+            "kl": stats["kl_sum"] / tokens_done if tokens_done else 0.0,
+            "clip_fraction": stats["clipped_tokens"] / tokens_done if tokens_done else 0.0,
+            "grad_norm": stats.get("grad_norm", 0.0),
+            "lr": stats.get("lr"),
+            "updated": bool(samples),
+            "zero_variance_groups": zero_variance,
+            "samples": len(samples),
+            "episodes_per_s": n / rollout_s if rollout_s > 0 else 0.0,
+            "tokens_per_s": tokens / rollout_s if rollout_s > 0 else 0.0,
+            "wall_s": elapsed,
+        }
+
+    # --- evaluation ----------------------------------------------------------------------------
+
+    def _evaluate(self, stage: str, tracker: Tracker, global_step: int) -> dict[str, Any]:
+        """Greedy decoding on the held-out cases, one episode each, scored after a freeze."""
+        cfg = self.config.eval
+        sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, do_sample=False, batch_size=cfg.batch_size)
+        arm = self.config.sft.arm if stage == "sft" else self.config.grpo.arm
+        policy = GroupPolicy(self.group, sampling, arm, name=f"after-{stage}")
+        episodes = EpisodeRunner(policy, self.pool, arm=arm).run_episodes(self.eval_cases, group=1, seed=self.config.seed)
+        run_dir = self.out / EVALS / f"after-{stage}"
+        digest = self._freeze(run_dir, episodes, {"stage": f"eval-after-{stage}"})
+        scored = self.judge.score_run(run_dir)
+        by_family: dict[str, list[bool]] = defaultdict(list)
+        for row, verdict in scored:
+            by_family[row["case_family"]].append(verdict.success)
+        summary = {
+            "episodes": len(scored),
+            "semantic_success": sum(v.success for _, v in scored) / len(scored),
+            "schema_valid": sum(bool(row["accepted"]) for row, _ in scored) / len(scored),
+            "generated_tokens_mean": sum(int(row["generated_tokens"]) for row, _ in scored) / len(scored),
+            "per_family": {family: sum(v) / len(v) for family, v in sorted(by_family.items())},
+            "families": dict(sorted(Counter(row["case_family"] for row, _ in scored).items())),
+            "ledger_sha256": digest,
+        }
+        tracker.log({f"eval/{stage}/semantic_success": summary["semantic_success"]}, global_step)
+        return summary
+
+    # --- ledgers and checkpoints ---------------------------------------------------------------
+
+    def _freeze(self, run_dir: Path, episodes: Sequence[Episode], extra: dict[str, Any]) -> str:
+        shutil.rmtree(run_dir, ignore_errors=True)  # a leftover of an interrupted step
+        run_dir.mkdir(parents=True)
+        manifest = {
+            "kind": "contractrl.rollout",
+            "seed": self.config.seed,
+            "arm": episodes[0].key.arm if episodes else None,
+            **extra,
+        }
+        (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        writer = LedgerWriter(run_dir)
+        for episode in episodes:
+            writer.append(episode.row)
+        return writer.freeze()
+
+    def _checkpoint(self, state: TrainerState, *, engine: bool) -> None:
+        import torch
+
+        scratch = scratch_dir(self.out, state.global_step)
+        torch.save(self.group.trainable_state(), scratch / WEIGHTS_FILE)
+        if engine:
+            self.group.save_checkpoint(str(scratch), state.to_dict())
+        write_state(scratch, state)
+        commit(scratch, checkpoint_dir(self.out, state.global_step), self.config.checkpoint.keep)
+
+    def _restore(self) -> TrainerState:
+        """The state of the newest checkpoint (weights loaded), or a fresh state."""
+        import torch
+
+        found = latest_checkpoint(self.out) if self.config.resume else None
+        if found is None:
+            return TrainerState()
+        state = read_state(found)
+        self.group.load_trainable_state(torch.load(found / WEIGHTS_FILE, weights_only=True))
+        # anything written after the checkpoint is redone, so the run matches an uninterrupted one
+        for path in sorted((self.out / ROLLOUTS).glob("step-*")):
+            if int(path.name.removeprefix("step-")) > state.global_step:
+                shutil.rmtree(path)
+        for path in sorted((self.out / EVALS).glob("after-*")):
+            if path.name.removeprefix("after-") not in state.evals:
+                shutil.rmtree(path)
+        return state
+
+
+def _episode_table(
+    scored: Sequence[tuple[dict[str, Any], VerdictLike]], rewards: Sequence[Any], limit: int
+) -> list[dict[str, Any]]:
+    rows = []
+    for (row, verdict), reward in list(zip(scored, rewards, strict=True))[:limit]:
+        attempts = json.loads(row["attempts"]) if isinstance(row["attempts"], str) else row["attempts"]
+        rows.append(
+            {
+                "case_id": row["case_id"],
+                "family": row["case_family"],
+                "answers": " | ".join(a["raw"][:200] for a in attempts),
+                "outcome": row["outcome"],
+                "success": bool(verdict.success),
+                "reward": round(reward.reward, 4),
+            }
+        )
+    return rows
+
+
+def _flat_evals(evals: dict[str, dict[str, Any]]) -> dict[str, float]:
+    return {f"eval/{stage}/semantic_success": e["semantic_success"] for stage, e in evals.items()}
+
+
+def _progress(enabled: bool, total: int, initial: int, desc: str) -> Any:
+    if not enabled or total == 0:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
+
+
+__all__ = ["EpisodeJudge", "TrainResult", "Trainer", "batch_indices", "derived_seed"]

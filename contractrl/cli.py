@@ -6,6 +6,7 @@ Exit statuses are part of the contract: 0 accepted / success, 1 rejected, 2 usag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,12 @@ from .validators.patch import OP_KINDS
 from .validators.schema import BACKENDS
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+
+
+def _library_output_to_stderr() -> contextlib.AbstractContextManager[Any]:
+    """stdout carries a command's JSON result only: what libraries print while loading models or
+    training (DeepSpeed's accelerator notice, W&B, Ray) goes to stderr."""
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 def _emit(payload: Any) -> None:
@@ -191,8 +198,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     cases = read_public(args.cases)
     if args.workers < 0 or args.group < 1:
         raise ConfigError("--workers must be >= 0 and --group >= 1")
-    policy = _policy(args)
-    pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
+    with _library_output_to_stderr():
+        policy = _policy(args)
+        pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
     runner = EpisodeRunner(policy, pool, arm=args.arm)
     config = {
         "cases_files_sha256": read_manifest(args.cases)["files"],
@@ -202,7 +210,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "seed": args.seed,
     }
     progress = tqdm(total=len(cases) * args.group, desc="episodes", unit="ep", disable=None, file=sys.stderr)
-    digest = write_run(args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress)
+    with _library_output_to_stderr():
+        digest = write_run(args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress)
     progress.close()
     _emit({"run_dir": str(args.out), "ledger_sha256": digest, "episodes": len(cases) * args.group})
     return EXIT_OK
@@ -232,7 +241,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return EXIT_OK
     from .trainer.entry import train
 
-    result = train(config, progress=not args.no_progress)
+    with _library_output_to_stderr():
+        result = train(config, progress=not args.no_progress)
     _emit(
         {
             "out": result.out,
@@ -253,7 +263,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.dry_run:
         _emit({"name": sweep.name, "trials": sweep_trials(sweep), "search": sweep.search})
         return EXIT_OK
-    path = run_sweep(sweep, base)
+    with _library_output_to_stderr():
+        path = run_sweep(sweep, base)
     _emit({"name": sweep.name, "trials_table": str(path)})
     return EXIT_OK
 

@@ -50,7 +50,7 @@ def test_yaml_then_overrides_win(tmp_path: Path) -> None:
         ("stages=[grpo, sft]", "stages run in the order sft, grpo"),
         ("data.families=[nope]", "data.families: unknown ['nope']"),
         ("model.name=gpt", "model.name must be tiny"),
-        ("deepspeed.zero_stage=4", "deepspeed.zero_stage must be 0, 1, 2 or 3"),
+        ("deepspeed.zero_stage=3", "deepspeed.zero_stage must be 0, 1 or 2 (ZeRO-3 is not supported)"),
         ("resources.ray=false", "resources.ray=false runs one colocated learner"),
         ("sft.arm=full_regen", "sft.arm (full_regen) and grpo.arm (contractrl) must match"),
         ("grpo", "is not key=value"),

@@ -43,7 +43,7 @@ from contractrl.validators import (
     collateral_edits,
     parse_action,
 )
-from contractrl.validators.jsonvalue import json_equal, leaves
+from contractrl.validators.jsonvalue import json_equal
 from contractrl.validators.patch import OP_KINDS
 from contractrl.validators.pointer import format_pointer, parse_pointer, resolve
 
@@ -747,12 +747,23 @@ def test_filling_or_emptying_a_container_is_not_collateral(doc: dict[str, Any], 
     assert collateral_edits(doc, result.document, result.touched) == []
 
 
+def _typed_leaves(value: Any, path: tuple[tuple[str, str], ...] = ()) -> dict[tuple[tuple[str, str], ...], Any]:
+    """Leaves keyed by their path *and* the kind of each container on it, so an object key "0" and
+    an array index 0 stay apart even though they flatten to the same pointer."""
+    if isinstance(value, dict) and value:
+        return {p: v for key, child in value.items() for p, v in _typed_leaves(child, (*path, ("object", key))).items()}
+    if isinstance(value, list) and value:
+        return {p: v for i, child in enumerate(value) for p, v in _typed_leaves(child, (*path, ("array", str(i)))).items()}
+    return {path: value}
+
+
 def _naive_changed_leaves(before: Any, after: Any) -> list[str]:
-    """The definition, without the shared-subtree shortcut: flatten both, compare every leaf."""
-    a, b = leaves(before), leaves(after)
+    """The definition, without the shared-subtree shortcut: flatten both, compare every leaf. A
+    container that changed kind changes every leaf under it."""
+    a, b = _typed_leaves(before), _typed_leaves(after)
     changed = a.keys() ^ b.keys()
     changed |= {p for p in a.keys() & b.keys() if not json_equal(a[p], b[p])}
-    return sorted(changed)
+    return sorted({format_pointer(tuple(token for _, token in path)) for path in changed})
 
 
 @APPLY

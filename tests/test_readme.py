@@ -24,8 +24,11 @@ def _readme_commands() -> list[list[str]]:
 
 def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
     commands = _readme_commands()
-    assert {c[1] for c in commands} >= {"check", "patch", "demo", "cases", "screen", "rollout", "ledger"}, commands
+    assert {c[1] for c in commands} >= {"check", "patch", "demo", "cases", "screen", "rollout", "ledger", "train", "tune"}, (
+        commands
+    )
     shutil.copytree(REPO_ROOT / "examples", tmp_path / "examples")
+    shutil.copytree(REPO_ROOT / "tune_configs", tmp_path / "tune_configs")
     exe = Path(sys.executable).with_name("contractrl")
     prefix = [str(exe)] if exe.exists() else [sys.executable, "-m", "contractrl"]
     ran = 0
@@ -42,7 +45,15 @@ def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
             assert json.loads(proc.stdout)["outcome"] == "accepted"
         if argv[1] == "rollout":
             assert len(json.loads(proc.stdout)["ledger_sha256"]) == 64
-            assert "hf:tiny" not in argv or (tmp_path / "runs" / "models" / "tiny" / "config.json").is_file()
+            assert "hf:tiny" not in argv or (tmp_path / "runs" / "models" / "tiny-h64-l2-s0" / "config.json").is_file()
+        if argv[1] == "train" and "--print-config" not in argv:
+            result = json.loads(proc.stdout)
+            assert Path(result["metrics"]).is_file() and len(result["rollout_digest"]) == 64, result
+            assert set(result["eval_semantic_success"]) == {"sft", "grpo"}
+        if argv[1] == "train" and "--print-config" in argv:
+            assert "kl_coef: 0.02" in proc.stdout
+        if argv[1] == "tune":
+            assert json.loads(proc.stdout)["trials"] == 9
         if argv[1] == "screen":
             result = json.loads(proc.stdout)
             assert result["cases"] == result["schema_valid"] == result["object_match"] == 64

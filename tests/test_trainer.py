@@ -70,7 +70,9 @@ def _metrics(out: Path) -> list[dict[str, Any]]:
 
 def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     out = tmp_path / "run"
-    result = train(_config(out, model_cache, *IN_PROCESS, "wandb.mode=offline", f"model.name={warm_model}"), progress=False)
+    # kl_coef > 0: the reference log-probs come from the same model with the LoRA adapter switched off
+    overrides = [*IN_PROCESS, "wandb.mode=offline", f"model.name={warm_model}", "grpo.kl_coef=0.05"]
+    result = train(_config(out, model_cache, *overrides), progress=False)
     rows = _metrics(out)
     assert [r["stage"] for r in rows] == ["sft"] * 3 + ["grpo"] * 3
     assert [r["step"] for r in rows] == list(range(1, 7))
@@ -82,6 +84,8 @@ def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_c
     # token costs differ between samples, so groups have variance and updates happen (the loop then
     # asserts that the rollout weights changed)
     assert any(r["updated"] for r in grpo)
+    # SFT already moved the adapter, so the policy differs from its adapter-off reference
+    assert all(r["kl"] > 0.0 for r in grpo if r["updated"])
     # one frozen, verifiable ledger per GRPO step, and the held-out ledgers after each stage
     assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["step-000004", "step-000005", "step-000006"]
     assert len(read_ledger(out / "rollouts" / "step-000004")) == 4
@@ -131,7 +135,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, mode
 
 
 def test_ray_data_parallel_learners_with_a_separate_generator(tmp_path: Path, model_cache: str, warm_model: str) -> None:
-    """Two DeepSpeed ranks (gloo) train data-parallel in Ray actors; a separate generator actor
+    """Two DeepSpeed ZeRO-2 ranks (gloo) train data-parallel in Ray actors; a separate generator actor
     receives the LoRA adapter tensors after every update; transitions run on a worker actor."""
     out = tmp_path / "ray"
     config = _config(
@@ -139,6 +143,7 @@ def test_ray_data_parallel_learners_with_a_separate_generator(tmp_path: Path, mo
         model_cache,
         f"model.name={warm_model}",
         "resources.num_learners=2",
+        "deepspeed.zero_stage=2",
         "resources.learner_cpus=0.5",
         "resources.placement=separate",
         "resources.generator_cpus=0.5",
@@ -154,6 +159,23 @@ def test_ray_data_parallel_learners_with_a_separate_generator(tmp_path: Path, mo
     assert [r["stage"] for r in rows] == ["grpo", "grpo"]
     assert any(r["updated"] for r in rows)  # the loop checked: generator == rank 0 == rank 1, all changed
     assert all(len(read_ledger(p)) == 4 for p in (out / "rollouts").iterdir())
+
+
+def test_demonstrations_per_arm() -> None:
+    from contractrl.tasks.demonstrations import demonstrations
+
+    cases = generate_cases(GenerateConfig(seed=9, n=26))
+    for arm in ("contractrl", "patch_sft", "full_regen"):
+        for case, demo in zip(cases, demonstrations(cases, arm), strict=True):
+            assert demo.case is case.public
+            if case.offline.should_abstain:
+                assert demo.answer == "ABSTAIN"
+            elif arm == "full_regen":
+                assert json.loads(demo.answer) == case.offline.target
+            else:
+                assert json.loads(demo.answer) == case.offline.target_patch
+    with pytest.raises(ConfigError, match="no demonstrations for arm"):
+        demonstrations(cases, "oracle")
 
 
 def test_unsafe_dispatch_stops_the_run() -> None:

@@ -184,7 +184,12 @@ class DeepSpeedConfig:
     offload_optimizer: bool = False
 
     def __post_init__(self) -> None:
-        check(self.zero_stage in (0, 1, 2, 3), f"deepspeed.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        # ZeRO-3 partitions the weights themselves; the learner generates rollouts and fingerprints
+        # its weights between updates, which needs them whole on every rank
+        check(
+            self.zero_stage in (0, 1, 2),
+            f"deepspeed.zero_stage must be 0, 1 or 2 (ZeRO-3 is not supported), got {self.zero_stage}",
+        )
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,9 @@ class ResourcesConfig:
     num_learners: int = 1
     learner_cpus: float = 1.0
     learner_gpus: float = 0.0
+    # torch threads per learner rank; 0 keeps Ray's default (one per reserved CPU). Raising it lets a
+    # rank use cores that mostly idle workers have reserved, as on a 2-core laptop.
+    learner_threads: int = 0
     num_workers: int = 1
     worker_cpus: float = 1.0
     placement: Literal["colocated", "separate"] = "colocated"
@@ -210,6 +218,7 @@ class ResourcesConfig:
     def __post_init__(self) -> None:
         check(self.num_learners >= 1, f"resources.num_learners must be >= 1, got {self.num_learners}")
         check(self.num_workers >= 0, f"resources.num_workers must be >= 0, got {self.num_workers}")
+        check(self.learner_threads >= 0, f"resources.learner_threads must be >= 0, got {self.learner_threads}")
         check(
             self.ray or (self.num_learners == 1 and self.placement == "colocated" and self.num_workers == 0),
             "resources.ray=false runs one colocated learner and no worker actors (num_learners=1, num_workers=0)",

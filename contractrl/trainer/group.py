@@ -56,7 +56,6 @@ class LearnerGroup:
             if config.deepspeed.enabled:
                 learner.init_distributed(None)
             self._local: list[Learner] = [learner]
-            self._generator_local: Learner | None = None
             return
         import ray
 

@@ -62,6 +62,8 @@ class Learner:
         self.config = config
         self.rank = rank
         self.world_size = world_size
+        if config.resources.learner_threads:
+            torch.set_num_threads(config.resources.learner_threads)
         torch.manual_seed(config.seed + rank)
         random.seed(config.seed + rank)
         self.device = "cuda" if torch.cuda.is_available() and config.resources.learner_gpus > 0 else "cpu"

@@ -27,22 +27,29 @@ _MAX_CONFIG_BYTES = 1 << 20
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """``["grpo.steps=10", "model.lora.r=4"]`` -> a nested dict; values are read as YAML scalars/lists."""
-    out: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.steps=10)")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            flat[key] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: the value is not valid YAML: {exc}") from exc
+    return nest(flat)
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1, "a.c": 2}`` -> ``{"a": {"b": 1, "c": 2}}``; a key may not be both a value and a section."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
         node = out
-        parts = key.split(".")
+        parts = str(key).split(".")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r} conflicts with an earlier override of {part!r}")
+                raise ConfigError(f"config key {key!r} conflicts with an earlier value of {part!r}")
             node = child
         node[parts[-1]] = value
     return out
@@ -194,4 +201,4 @@ def check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-__all__ = ["check", "from_dict", "load_config", "merge", "parse_overrides", "read_yaml", "to_dict"]
+__all__ = ["check", "from_dict", "load_config", "merge", "nest", "parse_overrides", "read_yaml", "to_dict"]

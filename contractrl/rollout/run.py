@@ -29,9 +29,10 @@ def source_revision() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Versions of Python and of the packages a run's results depend on (plus ``extra``)."""
     versions = {"python": platform.python_version()}
-    for name in _PACKAGES:
+    for name in (*_PACKAGES, *extra):
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

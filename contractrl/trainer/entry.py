@@ -104,7 +104,7 @@ def _start_manifest(config: TrainConfig, out: Path) -> None:
         "config_sha256": sha256_json(identity),
         "seed": config.seed,
         "source_revision": source_revision(),
-        "packages": {**package_versions(), **_extra_versions()},
+        "packages": package_versions(_PACKAGES_EXTRA),
         "status": "running",
     }
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -134,18 +134,6 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
             out.extend(_changed_keys(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key))
         return out
     return [] if old == new else [prefix]
-
-
-def _extra_versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for name in _PACKAGES_EXTRA:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def _pool(config: TrainConfig) -> tuple[WorkerPool, Callable[[], None]]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..configtree import check, from_dict, merge, parse_overrides, read_yaml
+from ..configtree import check, from_dict, merge, nest, parse_overrides, read_yaml
 from ..errors import ConfigError
 from .config import TrainConfig
 
@@ -73,24 +73,13 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     sweep_path = Path(path)
     sweep = from_dict(SweepConfig, merge(read_yaml(sweep_path), parse_overrides(overrides)))
     base_path = (sweep_path.parent / sweep.base) if not Path(sweep.base).is_absolute() else Path(sweep.base)
-    base = merge(read_yaml(base_path), _unflatten(sweep.overrides))
+    base = merge(read_yaml(base_path), nest(sweep.overrides))
     for values in _corner_cases(sweep.search):
         try:
-            from_dict(TrainConfig, merge(base, _unflatten(values)))
+            from_dict(TrainConfig, merge(base, nest(values)))
         except ConfigError as exc:
             raise ConfigError(f"sweep {sweep_path}: a trial with {values} has an invalid config: {exc}") from exc
     return sweep, base
-
-
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        parts = str(key).split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
 
 
 def _corner_cases(search: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -142,7 +131,7 @@ def _trial(params: dict[str, Any], *, base: dict[str, Any], out: str, metric: st
     from .entry import train
 
     context = tune.get_context()
-    data = merge(base, _unflatten(params))
+    data = merge(base, nest(params))
     data = merge(data, {"out": str(Path(out) / context.get_trial_name()), "wandb": {"mode": "disabled"}})
     config = from_dict(TrainConfig, data)
     # Tune wants the sweep's metric in every report; until the held-out evaluation exists it is NaN
@@ -171,7 +160,7 @@ def run_sweep(sweep: SweepConfig, base: dict[str, Any]) -> Path:
     out = Path(sweep.out).resolve() / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
-    sample = from_dict(TrainConfig, merge(base, _unflatten(_corner_cases(sweep.search)[0])))
+    sample = from_dict(TrainConfig, merge(base, nest(_corner_cases(sweep.search)[0])))
     trainable = tune.with_resources(
         tune.with_parameters(_trial, base=base, out=str(out / "runs"), metric=sweep.metric),
         tune.PlacementGroupFactory(trial_resources(sample), strategy="PACK"),

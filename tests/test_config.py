@@ -20,7 +20,7 @@ def test_defaults_are_the_embedded_run() -> None:
     assert config.model.name == "tiny"
     assert config.stages == ("sft", "grpo")
     assert config.wandb.mode == "offline"
-    assert config.arm == "contractrl"
+    assert config.sft.arm == config.grpo.arm == "contractrl"
 
 
 def test_yaml_then_overrides_win(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ class Verdict:
     case_id: str
     success: bool
     reason: str
+    unsafe: bool = False  # only when scoring with strict=False: an invalid object was released
 
 
 class Judge:
@@ -56,7 +57,12 @@ class Judge:
         """(row, verdict) for every episode of a frozen, verified ledger, in ledger order."""
         return [(row, self.verdict(row)) for row in read_ledger(run_dir, require_frozen=True)]
 
-    def verdict(self, row: dict[str, Any]) -> Verdict:
+    def offline(self, case_id: str) -> OfflineCase:
+        return self._offline[case_id]
+
+    def verdict(self, row: dict[str, Any], *, strict: bool = True) -> Verdict:
+        """The episode's semantic verdict. An unsafe dispatch raises (training must stop), or with
+        ``strict=False`` is a failed verdict marked ``unsafe`` (analysis counts them)."""
         case_id = row["case_id"]
         if case_id not in self._public:
             raise ContractRLError(f"episode {row['episode_id']} is for case {case_id}, which this judge does not hold")
@@ -67,10 +73,13 @@ class Judge:
         if row.get("accepted"):
             report = self._verifier(public).verify(dispatched)
             if not report.accepted:
-                raise UnsafeDispatchError(
+                message = (
                     f"episode {row['episode_id']} dispatched an object its contract rejects: "
                     f"{report.errors[0].code.value} at {report.errors[0].pointer!r}"
                 )
+                if strict:
+                    raise UnsafeDispatchError(message)
+                return Verdict(row["episode_id"], case_id, False, message, unsafe=True)
         else:
             dispatched = None
         outcome = semantic_outcome(public, self._offline[case_id], dispatched, bool(row.get("abstained")))

@@ -284,11 +284,6 @@ class TrainConfig:
             f"sft.arm ({self.sft.arm}) and grpo.arm ({self.grpo.arm}) must match when both stages run",
         )
 
-    @property
-    def arm(self) -> str:
-        """The arm this run trains (and evaluates)."""
-        return self.grpo.arm if "grpo" in self.stages else self.sft.arm
-
 
 __all__ = [
     "CheckpointConfig",

@@ -314,8 +314,5 @@ class Learner:
         self.tokenizer.save_pretrained(out)
         return str(out)
 
-    def ping(self) -> bool:
-        return True
-
 
 __all__ = ["Learner", "free_port", "node_address"]

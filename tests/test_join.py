@@ -1,0 +1,134 @@
+"""The freeze-checked join: verified ledgers only, one scored row per episode, Ray Data and local
+paths agree, and the per-episode metrics on hand-built rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from contractrl.analysis.join import join_runs
+from contractrl.analysis.metrics import episode_metrics
+from contractrl.rollout.ledger import LedgerError, LedgerIntegrityError
+from contractrl.rollout.policies import HeuristicPolicy
+from contractrl.rollout.run import write_run
+from contractrl.rollout.runner import EpisodeRunner, LocalPool
+from contractrl.tasks.cases import OfflineCase
+from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.tasks.offline import read_cases, semantic_outcome
+from contractrl.tasks.store import read_public, write_case_set
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("join")
+    config = GenerateConfig(seed=21, n=39)
+    write_case_set(generate_cases(config), root / "cases", config.to_dict())
+    runner = EpisodeRunner(HeuristicPolicy(), LocalPool(1), arm="contractrl")
+    write_run(root / "run", {"policy": "heuristic"}, runner, read_public(root / "cases"), group=2, seed=0)
+    return root / "cases", root / "run"
+
+
+def test_join_scores_every_episode_with_ray_data_and_locally(run: tuple[Path, Path], tmp_path: Path) -> None:
+    cases, run_dir = run
+    with_ray = pd.read_parquet(join_runs([run_dir], [cases], tmp_path / "ray", use_ray=True))
+    local = pd.read_parquet(join_runs([run_dir], [cases], tmp_path / "local", use_ray=False))
+    assert len(with_ray) == 78
+    pd.testing.assert_frame_equal(with_ray, local)
+    # the semantic column is the oracle's verdict on the dispatched object
+    truth = {c.public.case_id: c for c in read_cases(cases)}
+    for row in with_ray.head(20).to_dict("records"):
+        case = truth[row["case_id"]]
+        ledger_row = next(r for r in pq.read_table(run_dir / "ledger").to_pylist() if r["episode_id"] == row["episode_id"])
+        dispatched = json.loads(ledger_row["dispatched"]) if ledger_row["accepted"] else None
+        assert row["semantic_success"] == semantic_outcome(case.public, case.offline, dispatched, ledger_row["abstained"]).success
+    assert with_ray["unsafe_dispatch"].sum() == 0
+    assert set(with_ray["case_family"]) == set(GenerateConfig(seed=0, n=1).families)
+
+
+def test_join_refuses_unfrozen_and_tampered_ledgers(run: tuple[Path, Path], tmp_path: Path) -> None:
+    cases, run_dir = run
+    import shutil
+
+    unfrozen = tmp_path / "unfrozen"
+    shutil.copytree(run_dir, unfrozen)
+    manifest = json.loads((unfrozen / "manifest.json").read_text())
+    del manifest["ledger_sha256"]
+    (unfrozen / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(LedgerError, match="not frozen"):
+        join_runs([unfrozen], [cases], tmp_path / "out", use_ray=False)
+    tampered = tmp_path / "tampered"
+    shutil.copytree(run_dir, tampered)
+    shard = next((tampered / "ledger").glob("shard-*.parquet"))
+    table = pq.read_table(shard).to_pandas()
+    table.loc[3, "collateral"] = 0 if table.loc[3, "collateral"] else 1
+    table.to_parquet(shard, index=False)
+    with pytest.raises(LedgerIntegrityError, match="row 3"):
+        join_runs([tampered], [cases], tmp_path / "out", use_ray=False)
+    assert not (tmp_path / "out").exists()  # nothing is written before every ledger verifies
+
+
+def _offline(target_patch: object, target: object) -> OfflineCase:
+    return OfflineCase("c1", target, target_patch, {}, "cluster", {})  # type: ignore[arg-type]
+
+
+def _row(**extra: object) -> dict:
+    row = {
+        "episode_id": "c1/contractrl/0/0",
+        "case_id": "c1",
+        "case_family": "wrong_type",
+        "tool": "t",
+        "tool_family": "calendar",
+        "arm": "contractrl",
+        "policy": "p",
+        "seed": 0,
+        "sample": 0,
+        "outcome": "accepted",
+        "accepted": True,
+        "abstained": False,
+        "dispatched": json.dumps({"a": 2, "b": 1}),
+        "attempts": json.dumps(
+            [
+                {"outcome": "path_immutable", "ops": [{"op": "remove", "path": "/id"}]},
+                {"outcome": "accepted", "ops": [{"op": "replace", "path": "/a", "value": 2}]},
+            ]
+        ),
+        "first_attempt_valid": False,
+        "collateral": 1,
+        "retries": 1,
+        "patch_attempts": 2,
+        "generated_tokens": 30,
+        "prompt_tokens": 600,
+        "validator_calls": 2,
+        "wall_s": 0.25,
+    }
+    row.update(extra)
+    return row
+
+
+def test_episode_metrics_by_hand() -> None:
+    gold = _offline([{"op": "replace", "path": "/a", "value": 2}], {"a": 2, "b": 1})
+    m = episode_metrics(_row(), gold, success=True, unsafe=False)
+    assert (m["semantic_success"], m["schema_valid"], m["final_object_match"], m["exact_patch_match"]) == (True, True, True, True)
+    assert (m["retries"], m["attempts"], m["collateral"], m["fail_closed"], m["first_attempt_valid"]) == (1, 2, 1, False, False)
+    assert m["latency_s"] == 0.25
+    # a different accepted patch reaching a different object
+    other = _offline([{"op": "replace", "path": "/a", "value": 3}], {"a": 3, "b": 1})
+    m = episode_metrics(_row(), other, success=False, unsafe=False)
+    assert (m["final_object_match"], m["exact_patch_match"]) == (False, False)
+    # whole-object arms have no patch to match
+    assert episode_metrics(_row(arm="full_regen"), gold, success=True, unsafe=False)["exact_patch_match"] is None
+    # nothing released, no abstention: fail-closed
+    closed = _row(accepted=False, dispatched=None, outcome="attempts_exhausted")
+    m = episode_metrics(closed, gold, success=False, unsafe=False)
+    assert (m["fail_closed"], m["schema_valid"], m["final_object_match"]) == (True, False, False)
+    # an abstain case: abstaining matches, releasing does not
+    abstain = _offline("ABSTAIN", None)
+    m = episode_metrics(_row(accepted=False, abstained=True, dispatched=None), abstain, success=True, unsafe=False)
+    assert (m["final_object_match"], m["exact_patch_match"], m["fail_closed"]) == (True, True, False)
+    # an unsafe dispatch is counted and is not schema-valid
+    m = episode_metrics(_row(), gold, success=False, unsafe=True)
+    assert (m["unsafe_dispatch"], m["schema_valid"]) == (1, False)

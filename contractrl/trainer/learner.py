@@ -66,9 +66,11 @@ class Learner:
             torch.set_num_threads(config.resources.learner_threads)
         torch.manual_seed(config.seed + rank)
         random.seed(config.seed + rank)
-        self.device = "cuda" if torch.cuda.is_available() and config.resources.learner_gpus > 0 else "cpu"
+        # Ray shows an actor only the GPUs it reserved (learner_gpus, or generator_gpus for the
+        # separate generator), as device 0; an actor without one sees none and runs on the CPU
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device == "cuda":
-            torch.cuda.set_device(0)  # Ray exposes the rank's own GPU as device 0
+            torch.cuda.set_device(0)
         model_cfg = config.model
         tiny = TinyConfig(hidden_size=model_cfg.hidden_size, num_hidden_layers=model_cfg.layers, seed=config.seed)
         base, self.tokenizer = load_model(

@@ -143,13 +143,12 @@ class LearnerGroup:
         self._all("load_trainable_state", [(state,)] * self.world_size)
         self.after_update()
 
-    def save_checkpoint(self, directory: str, client_state: dict[str, Any]) -> None:
-        self._all("save_checkpoint", [(directory, client_state)] * self.world_size)
+    def save_checkpoint(self, directory: str) -> None:
+        self._all("save_checkpoint", [(directory,)] * self.world_size)
 
-    def load_checkpoint(self, directory: str) -> dict[str, Any]:
-        states = self._all("load_checkpoint", [(directory,)] * self.world_size)
+    def load_checkpoint(self, directory: str) -> None:
+        self._all("load_checkpoint", [(directory,)] * self.world_size)
         self.after_update()
-        return dict(states[0])
 
     def save_pretrained(self, directory: str) -> str:
         """Rank 0 writes the adapter (every rank holds the same weights under ZeRO stages 0-2)."""

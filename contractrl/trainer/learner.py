@@ -295,19 +295,19 @@ class Learner:
 
     # --- checkpoints ---------------------------------------------------------------------------
 
-    def save_checkpoint(self, directory: str | Path, client_state: dict[str, Any]) -> None:
+    def save_checkpoint(self, directory: str | Path) -> None:
+        """This rank's engine state and RNG; the driver's counters live in ``trainer_state.json``."""
         import torch
 
         rng = {"python": random.getstate(), "torch": torch.get_rng_state()}
-        self._require_engine().save(Path(directory) / f"rank-{self.rank}", {"contractrl": client_state, "rng": rng})
+        self._require_engine().save(Path(directory) / f"rank-{self.rank}", {"rng": rng})
 
-    def load_checkpoint(self, directory: str | Path) -> dict[str, Any]:
+    def load_checkpoint(self, directory: str | Path) -> None:
         import torch
 
         state = self._require_engine().load(Path(directory) / f"rank-{self.rank}")
         random.setstate(state["rng"]["python"])
         torch.set_rng_state(state["rng"]["torch"])
-        return dict(state["contractrl"])
 
     def save_pretrained(self, directory: str | Path) -> str:
         """The adapter in peft format (load with ``PeftModel.from_pretrained``), or the full model."""

@@ -330,7 +330,7 @@ class Trainer:
         scratch = scratch_dir(self.out, state.global_step)
         torch.save(self.group.trainable_state(), scratch / WEIGHTS_FILE)
         if engine:
-            self.group.save_checkpoint(str(scratch), state.to_dict())
+            self.group.save_checkpoint(str(scratch))
         write_state(scratch, state)
         commit(scratch, checkpoint_dir(self.out, state.global_step), self.config.checkpoint.keep)
 

@@ -1,4 +1,5 @@
 # The two commands a new user needs: `make run` (the main job) and `make test` (lint + tests).
+# `make run ARGS=--quick` runs the small version of the main job.
 # Both create .venv and install the package with pinned versions on first use.
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/contractrl demo
+	$(BIN)/contractrl run $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,11 +11,13 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .errors import ConfigError, ContractRLError
 from .io import read_bytes, read_json_file
+from .rollout.prompts import FEEDBACK, MODES
 from .validators import Budgets, RepairContract, Verifier, VerifierReport, load_contract
 from .validators.contracts import EMPTY_CONTRACT
 from .validators.patch import OP_KINDS
@@ -160,7 +162,7 @@ def cmd_screen(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REJECTED
 
 
-def _policy(args: argparse.Namespace) -> Any:
+def _build_policy(args: argparse.Namespace) -> Any:
     spec, cases_dir, arm = args.policy, args.cases, args.arm
     from .rollout.policies import ABSTAIN, HeuristicPolicy, ReplayPolicy
     from .rollout.prompts import WHOLE_OBJECT_ARMS
@@ -182,9 +184,24 @@ def _policy(args: argparse.Namespace) -> Any:
         from .trainer.presets import load_model
 
         model, tokenizer = load_model("tiny" if spec == "hf:tiny" else spec)
-        sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-        return HFPolicy(model, tokenizer, arm=arm, sampling=sampling, name=spec)
+        sampling = SamplingConfig(
+            max_new_tokens=args.max_new_tokens, temperature=args.temperature, do_sample=args.temperature > 0, seed=args.seed
+        )
+        return lambda feedback: HFPolicy(
+            model, tokenizer, arm=arm, mode=args.mode, feedback=feedback, sampling=sampling, name=spec.removeprefix("hf:")
+        )
     raise ConfigError(f"unknown policy {spec!r}; use replay, heuristic or hf:<name-or-path>")
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    """The policy of a rollout (with the --feedback variant, for hf policies)."""
+    return _policy_factory(args)(args.feedback)
+
+
+def _policy_factory(args: argparse.Namespace) -> Any:
+    """feedback variant -> policy. Scripted policies read no prompt, so the variant does not change them."""
+    built = _build_policy(args)
+    return built if callable(built) and not hasattr(built, "generate") else (lambda feedback: built)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -208,13 +225,106 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "arm": args.arm,
         "group": args.group,
         "seed": args.seed,
+        "mode": args.mode,
+        "feedback": args.feedback,
     }
+    labels = {"mode": args.mode, "feedback": args.feedback, **dict(args.label or [])}
     progress = tqdm(total=len(cases) * args.group, desc="episodes", unit="ep", disable=None, file=sys.stderr)
     with _library_output_to_stderr():
-        digest = write_run(args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress)
+        digest = write_run(args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress, labels=labels)
     progress.close()
     _emit({"run_dir": str(args.out), "ledger_sha256": digest, "episodes": len(cases) * args.group})
     return EXIT_OK
+
+
+def _label(text: str) -> tuple[str, str]:
+    from .analysis.join import RUN_LABELS
+
+    key, sep, value = text.partition("=")
+    if not sep or key not in RUN_LABELS:
+        raise argparse.ArgumentTypeError(f"--label takes key=value with key one of {', '.join(RUN_LABELS)}")
+    return key, value
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from .analysis import studies
+    from .rollout.pool import RayPool
+    from .rollout.runner import LocalPool
+    from .tasks.store import read_public, write_case_set
+
+    if args.study == "transfer":
+        from .configtree import load_config
+        from .trainer.config import TrainConfig
+
+        config = load_config(TrainConfig, args.config, args.overrides)
+        with _library_output_to_stderr():
+            runs = studies.transfer_study(
+                config, args.out, heldout_cases=args.n, workers=args.workers, progress=not args.no_progress
+            )
+        _emit({"study": args.study, "runs": [str(r) for r in runs]})
+        return EXIT_OK
+    if args.overrides or args.config:
+        raise ConfigError("--config and key=value overrides apply to the transfer study only")
+    if args.study == "noise" and not args.cases:
+        args.cases = str(Path(args.out) / "cases")
+        if not (Path(args.cases) / "manifest.json").is_file():
+            cases = studies.noise_cases(args.seed, args.n)
+            write_case_set(cases, args.cases, {"seed": args.seed, "n": args.n, "study": "noise"})
+    if not args.cases:
+        raise ConfigError(f"the {args.study} study needs --cases (a held-out case set)")
+    if args.workers < 0:
+        raise ConfigError("--workers must be >= 0")
+    cases = read_public(args.cases)
+    with _library_output_to_stderr():
+        factory = _policy_factory(args)
+        pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
+    setup = studies.StudySetup(
+        factory, pool, arm=args.arm, seed=args.seed, model=args.policy, stage=args.stage, progress=not args.no_progress
+    )
+    driver = {"feedback": studies.feedback_study, "noise": studies.noise_study, "budget": studies.budget_study}
+    with _library_output_to_stderr():
+        if args.study == "horizon":
+            runs = studies.horizon_study(setup, cases, args.out)
+        else:
+            runs = driver[args.study](setup, cases, args.out)
+    _emit({"study": args.study, "runs": [str(r) for r in runs], "cases": args.cases})
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .analysis.report import build_report
+
+    with _library_output_to_stderr():
+        report = build_report(
+            args.run_dirs,
+            args.out,
+            cases=args.cases or (),
+            thresholds=args.thresholds,
+            use_ray=args.workers > 0,
+            workers=max(1, args.workers),
+            progress=not args.no_progress,
+        )
+    _emit(
+        {
+            "out": str(report.out),
+            "episodes": report.episodes,
+            "runs": len(report.runs),
+            "index": str(report.index),
+            "tables": [str(p) for p in report.tables],
+            "plots": [str(p) for p in report.plots],
+        }
+    )
+    return EXIT_OK
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in _csv(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--thresholds takes comma-separated numbers in [0, 1]: {exc}") from exc
+    if not values or any(not 0.0 <= v <= 1.0 for v in values):
+        raise argparse.ArgumentTypeError("--thresholds takes comma-separated numbers in [0, 1]")
+    return values
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
@@ -254,6 +364,28 @@ def cmd_train(args: argparse.Namespace) -> int:
         }
     )
     return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .configtree import to_dict
+    from .pipeline import format_summary, load_run_config, run_pipeline
+
+    config = load_run_config(quick=args.quick, out=args.out, overrides=args.overrides)
+    if args.print_config:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(to_dict(config), sort_keys=False))
+        return EXIT_OK
+    with _library_output_to_stderr():
+        result = run_pipeline(config, progress=not args.no_progress)
+    unsafe = sum(int(row["unsafe_dispatch"]) for row in result.summary)
+    print(f"\nHeld-out results ({result.report.episodes} episodes, same-information mode, all families pooled;")
+    print("the tables keep families apart):\n")
+    print(format_summary(result.summary))
+    print(f"\nUnsafe dispatches: {unsafe}.")
+    print(f"Report: {result.report.index}")
+    print(f"Tables: {result.report.out / 'tables'}  Episodes: {result.report.out / 'episodes.parquet'}")
+    return EXIT_OK if unsafe == 0 else EXIT_REJECTED
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -330,8 +462,37 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_argument("--seed", type=int, default=0)
     rollout.add_argument("--max-new-tokens", type=int, default=160, help="hf policies: generation budget per attempt")
     rollout.add_argument("--temperature", type=float, default=1.0, help="hf policies: sampling temperature")
+    rollout.add_argument("--mode", choices=MODES, default="same_information", help="hf policies: which public blocks")
+    rollout.add_argument("--feedback", choices=FEEDBACK, default="full", help="hf policies: how much of the typed report")
+    rollout.add_argument("--label", type=_label, action="append", metavar="KEY=VALUE", help="a run label for the report")
     rollout.add_argument("--out", required=True, help="a new run directory")
     rollout.set_defaults(func=cmd_rollout)
+
+    study = sub.add_parser("study", help="the runs of one study table: feedback, noise, budget, horizon or transfer")
+    study.add_argument("study", choices=("feedback", "noise", "budget", "horizon", "transfer"))
+    study.add_argument("--out", required=True, help="the study's directory (re-running resumes it)")
+    study.add_argument("--policy", default="heuristic", help="replay | heuristic | hf:tiny | hf:<trained model or adapter dir>")
+    study.add_argument("--cases", help="the held-out case set (noise: generated under --out when not given)")
+    study.add_argument("--arm", default="contractrl", choices=("contractrl", "patch_sft", "full_regen", "constrained"))
+    study.add_argument("--stage", default="", help="a label for the policy's training stage, e.g. grpo")
+    study.add_argument("--workers", type=int, default=0, help="Ray validator workers (0 = in-process, no Ray)")
+    study.add_argument("--seed", type=int, default=0)
+    study.add_argument("--n", type=int, default=64, help="noise and transfer: held-out cases to generate")
+    study.add_argument("--max-new-tokens", type=int, default=160, help="hf policies: generation budget per attempt")
+    study.add_argument("--temperature", type=float, default=0.0, help="hf policies: 0 = greedy")
+    study.add_argument("--config", help="transfer: the training config YAML")
+    study.add_argument("overrides", nargs="*", metavar="key=value", help="transfer: training config overrides")
+    study.add_argument("--no-progress", action="store_true", help="no progress bars")
+    study.set_defaults(func=cmd_study, mode="same_information")
+
+    report = sub.add_parser("report", help="join frozen runs to their targets: tables, plots and an HTML report")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="rollout runs, training outputs or study directories")
+    report.add_argument("--out", required=True, help="the report directory")
+    report.add_argument("--cases", action="append", help="extra case sets the runs were made from (repeatable)")
+    report.add_argument("--thresholds", type=_thresholds, default=(0.5, 0.6, 0.7, 0.8, 0.9), help="calibration thresholds")
+    report.add_argument("--workers", type=int, default=1, help="Ray Data scoring workers (0 = in-process, no Ray)")
+    report.add_argument("--no-progress", action="store_true", help="no progress bars")
+    report.set_defaults(func=cmd_report)
 
     ledger = sub.add_parser("ledger", help="ledger tools")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
@@ -351,6 +512,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     train.set_defaults(func=cmd_train)
+
+    run = sub.add_parser("run", help="the main job: train, evaluate every arm, freeze, join and report")
+    run.add_argument("--quick", action="store_true", help="a small version of the same pipeline (a few minutes)")
+    run.add_argument("--out", help="the run directory (default runs/main, or runs/quick with --quick)")
+    run.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. train.sft.steps=100")
+    run.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(func=cmd_run)
 
     tune = sub.add_parser("tune", help="a Ray Tune sweep of training runs (tune_configs/*.yaml)")
     tune.add_argument("--config", required=True, help="sweep YAML: base config, search space, metric")

@@ -52,7 +52,7 @@ def test_yaml_then_overrides_win(tmp_path: Path) -> None:
         ("model.name=gpt", "model.name must be tiny"),
         ("deepspeed.zero_stage=3", "deepspeed.zero_stage must be 0, 1 or 2 (ZeRO-3 is not supported)"),
         ("resources.ray=false", "resources.ray=false runs one colocated learner"),
-        ("sft.arm=full_regen", "sft.arm (full_regen) and grpo.arm (contractrl) must match"),
+        ("sft.arm=full_regen", "sft.arm (full_regen) and grpo.arm (contractrl) must both be patch arms"),
         ("grpo", "is not key=value"),
         ("grpo.steps=[1", "not valid YAML"),
         ("model=3", "model must be a mapping"),

@@ -10,13 +10,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from contractrl.analysis.join import join_runs
+from contractrl.analysis.join import join_runs, read_episodes
 from contractrl.analysis.metrics import episode_metrics
 from contractrl.rollout.ledger import LedgerError, LedgerIntegrityError
 from contractrl.rollout.policies import HeuristicPolicy
 from contractrl.rollout.run import write_run
 from contractrl.rollout.runner import EpisodeRunner, LocalPool
-from contractrl.tasks.cases import OfflineCase
+from contractrl.tasks.cases import OfflineCase, PublicCase
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.offline import read_cases, semantic_outcome
 from contractrl.tasks.store import read_public, write_case_set
@@ -34,8 +34,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_join_scores_every_episode_with_ray_data_and_locally(run: tuple[Path, Path], tmp_path: Path) -> None:
     cases, run_dir = run
-    with_ray = pd.read_parquet(join_runs([run_dir], [cases], tmp_path / "ray", use_ray=True))
-    local = pd.read_parquet(join_runs([run_dir], [cases], tmp_path / "local", use_ray=False))
+    with_ray = read_episodes(join_runs([run_dir], [cases], tmp_path / "ray", use_ray=True))
+    local = read_episodes(join_runs([run_dir], [cases], tmp_path / "local", use_ray=False))
+    # what Ray Data wrote is a parquet dataset pandas reads directly
+    assert len(pd.read_parquet(tmp_path / "ray" / "episodes")) == 78
     assert len(with_ray) == 78
     pd.testing.assert_frame_equal(with_ray, local)
     # the semantic column is the oracle's verdict on the dispatched object
@@ -72,7 +74,26 @@ def test_join_refuses_unfrozen_and_tampered_ledgers(run: tuple[Path, Path], tmp_
 
 
 def _offline(target_patch: object, target: object) -> OfflineCase:
-    return OfflineCase("c1", target, target_patch, {}, "cluster", {})  # type: ignore[arg-type]
+    return OfflineCase("c1", target, target_patch, {}, "cluster-c1", {})  # type: ignore[arg-type]
+
+
+PUBLIC = PublicCase(
+    case_id="c1",
+    family="wrong_type",
+    tool="t",
+    tool_family="calendar",
+    schema={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    schema_sha256="0" * 64,
+    schema_version=1,
+    contract={},
+    request="set a to 2",
+    candidate={"a": "2", "b": 1},
+    report={"accepted": False, "errors": []},
+    immutable=("/id",),
+    max_attempts=2,
+    max_ops=2,
+    world_seed=0,
+)
 
 
 def _row(**extra: object) -> dict:
@@ -111,24 +132,44 @@ def _row(**extra: object) -> dict:
 
 def test_episode_metrics_by_hand() -> None:
     gold = _offline([{"op": "replace", "path": "/a", "value": 2}], {"a": 2, "b": 1})
-    m = episode_metrics(_row(), gold, success=True, unsafe=False)
+    m = episode_metrics(_row(), PUBLIC, gold, success=True, unsafe=False)
     assert (m["semantic_success"], m["schema_valid"], m["final_object_match"], m["exact_patch_match"]) == (True, True, True, True)
     assert (m["retries"], m["attempts"], m["collateral"], m["fail_closed"], m["first_attempt_valid"]) == (1, 2, 1, False, False)
     assert m["latency_s"] == 0.25
     # a different accepted patch reaching a different object
     other = _offline([{"op": "replace", "path": "/a", "value": 3}], {"a": 3, "b": 1})
-    m = episode_metrics(_row(), other, success=False, unsafe=False)
+    m = episode_metrics(_row(), PUBLIC, other, success=False, unsafe=False)
     assert (m["final_object_match"], m["exact_patch_match"]) == (False, False)
     # whole-object arms have no patch to match
-    assert episode_metrics(_row(arm="full_regen"), gold, success=True, unsafe=False)["exact_patch_match"] is None
+    assert episode_metrics(_row(arm="full_regen"), PUBLIC, gold, success=True, unsafe=False)["exact_patch_match"] is None
     # nothing released, no abstention: fail-closed
     closed = _row(accepted=False, dispatched=None, outcome="attempts_exhausted")
-    m = episode_metrics(closed, gold, success=False, unsafe=False)
+    m = episode_metrics(closed, PUBLIC, gold, success=False, unsafe=False)
     assert (m["fail_closed"], m["schema_valid"], m["final_object_match"]) == (True, False, False)
     # an abstain case: abstaining matches, releasing does not
     abstain = _offline("ABSTAIN", None)
-    m = episode_metrics(_row(accepted=False, abstained=True, dispatched=None), abstain, success=True, unsafe=False)
+    m = episode_metrics(_row(accepted=False, abstained=True, dispatched=None), PUBLIC, abstain, success=True, unsafe=False)
     assert (m["final_object_match"], m["exact_patch_match"], m["fail_closed"]) == (True, True, False)
     # an unsafe dispatch is counted and is not schema-valid
-    m = episode_metrics(_row(), gold, success=False, unsafe=True)
+    m = episode_metrics(_row(), PUBLIC, gold, success=False, unsafe=True)
     assert (m["unsafe_dispatch"], m["schema_valid"]) == (1, False)
+
+
+def test_confidence_pointer_fix_and_leakage_by_hand() -> None:
+    import dataclasses
+    import math
+
+    gold = _offline([{"op": "replace", "path": "/a", "value": 2}], {"a": 2, "b": 1})
+    answer = [
+        {"outcome": "accepted", "ops": [{"op": "replace", "path": "/a", "value": 2}], "logprob": -3.0, "generated_tokens": 6}
+    ]
+    m = episode_metrics(_row(attempts=json.dumps(answer), first_attempt_valid=True), PUBLIC, gold, success=True, unsafe=False)
+    assert m["confidence"] == pytest.approx(math.exp(-0.5))  # geometric-mean token probability
+    assert (m["pointer_fix"], m["leakage"], m["op_family"], m["structure"]) == (True, 0, "replace", "flat")
+    elsewhere = [{**answer[0], "ops": [{"op": "replace", "path": "/b", "value": 1}]}]
+    assert (
+        episode_metrics(_row(attempts=json.dumps(elsewhere)), PUBLIC, gold, success=False, unsafe=False)["pointer_fix"] is False
+    )
+    # a public half that quotes the hidden target is leakage
+    leaky = dataclasses.replace(PUBLIC, request='set it to {"a":2,"b":1}')
+    assert episode_metrics(_row(), leaky, gold, success=True, unsafe=False)["leakage"] == 1

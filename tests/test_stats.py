@@ -44,3 +44,28 @@ def test_paired_inputs_must_pair() -> None:
         paired_bootstrap([], [])
     with pytest.raises(ValueError, match="equal lengths"):
         mcnemar_exact([True], [])
+
+
+def test_effect_size_and_seed_spread_by_hand() -> None:
+    from contractrl.analysis.stats import effect_size, seed_spread
+
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 2.0, 5.0, 5.0]
+    diff = np.asarray(b) - np.asarray(a)
+    assert effect_size(a, b) == pytest.approx(diff.mean() / diff.std(ddof=1))
+    assert np.isnan(effect_size([1.0, 2.0], [2.0, 3.0]))  # constant differences: undefined
+    assert seed_spread({0: 0.5, 1: 0.7, 2: 0.9}) == pytest.approx(0.2)
+    assert np.isnan(seed_spread({0: 0.5}))
+
+
+def test_seed_level_bootstrap_carries_seed_variation() -> None:
+    rng = np.random.default_rng(4)
+    seeds = np.repeat(np.arange(4), 50)
+    shift = np.array([0.0, 0.4, -0.3, 0.5])[seeds]  # seeds disagree strongly about the effect
+    a = rng.normal(0.0, 0.1, 200)
+    b = a + 0.15 + shift + rng.normal(0.0, 0.05, 200)
+    flat = paired_bootstrap(a.tolist(), b.tolist(), resamples=2000, seed=1)
+    nested = paired_bootstrap(a.tolist(), b.tolist(), clusters=seeds.tolist(), resamples=2000, seed=1)
+    assert nested.difference == pytest.approx(flat.difference)
+    assert (nested.high - nested.low) > 3 * (flat.high - flat.low)
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_bootstrap([1.0, 2.0], [1.0, 2.0], clusters=[0])

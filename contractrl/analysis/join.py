@@ -3,28 +3,61 @@
 Every run's hash chain and frozen digest are verified first, on the driver (a chain is sequential
 by nature); an unfrozen or tampered ledger stops the join with :class:`LedgerError` before any
 target is opened. Scoring then runs on Ray Data: the ledger shards are read in parallel, each block
-is scored by a worker that holds the judge, and the result is written as parquet. The same code
-runs on one machine and on a cluster; the output is sorted, so it does not depend on how many
-workers scored it.
+is scored by a worker that holds the judge, and the scored blocks are written as a parquet dataset.
+The same code runs on one machine and on a cluster; :func:`read_episodes` sorts the rows, so what a
+reader sees does not depend on how many workers scored them.
+
+A run's manifest may carry ``labels`` (the study and condition it belongs to: feedback variant,
+budget, prompt mode, stage, model, transfer fold, horizon) and ``trajectories`` (the chained case
+ids of a long-horizon run). Both are public: they become columns of every scored row.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from ..rollout.ledger import LEDGER_DIR, read_ledger
+from ..errors import ContractRLError
+from ..rollout.ledger import LEDGER_DIR, MANIFEST, read_ledger
 from ..tasks.cases import Case
 from ..tasks.offline import read_cases
 from .judge import Judge
-from .metrics import episode_metrics
+from .metrics import SCORED_SCHEMA, episode_metrics
 
-EPISODES = "episodes.parquet"
+EPISODES = "episodes"
+
+# Run-level labels (from the manifest), with their types and the value a run without one gets.
+RUN_LABELS: dict[str, tuple[pa.DataType, Any]] = {
+    "study": (pa.string(), "main"),
+    "condition": (pa.string(), ""),
+    "mode": (pa.string(), "same_information"),
+    "feedback": (pa.string(), "full"),
+    "stage": (pa.string(), ""),
+    "model": (pa.string(), ""),
+    "max_attempts": (pa.int64(), None),
+    "max_ops": (pa.int64(), None),
+    "train_tool_families": (pa.string(), ""),
+    "heldout_tool_family": (pa.string(), ""),
+    "horizon": (pa.int64(), None),
+}
+EPISODE_SCHEMA = pa.schema(
+    [
+        *SCORED_SCHEMA,
+        *(pa.field(name, kind) for name, (kind, _) in RUN_LABELS.items()),
+        pa.field("trajectory", pa.int64()),
+        pa.field("step", pa.int64()),
+        pa.field("run", pa.string()),
+        pa.field("row_hash", pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +65,21 @@ class VerifiedRun:
     run_dir: str
     rows: int
     shards: tuple[str, ...]
+    labels: dict[str, Any] = field(default_factory=dict)
+    steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # case_id -> (trajectory, step)
+
+
+def run_labels(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The run-level label columns of a manifest; unknown label keys are an error, not a silent drop."""
+    given = dict(manifest.get("labels") or {})
+    unknown = sorted(set(given) - set(RUN_LABELS))
+    if unknown:
+        raise ContractRLError(f"unknown run labels {unknown}; known: {', '.join(RUN_LABELS)}")
+    if "stage" not in given and isinstance(manifest.get("stage"), str):  # trainer eval runs name their stage
+        given["stage"] = manifest["stage"].removeprefix("eval-after-")
+    if "mode" not in given and isinstance(manifest.get("config"), dict) and "mode" in manifest["config"]:
+        given["mode"] = manifest["config"]["mode"]
+    return {name: given.get(name, default) for name, (_, default) in RUN_LABELS.items()}
 
 
 def verify_runs(run_dirs: Sequence[str | Path], progress: bool = False) -> list[VerifiedRun]:
@@ -41,28 +89,34 @@ def verify_runs(run_dirs: Sequence[str | Path], progress: bool = False) -> list[
     out = []
     for run in tqdm(list(run_dirs), desc="verify ledgers", unit="run", disable=not progress):
         rows = read_ledger(run, require_frozen=True)
+        manifest = json.loads((Path(run) / MANIFEST).read_text())
+        steps = {case: (t, s) for t, chain in enumerate(manifest.get("trajectories") or []) for s, case in enumerate(chain)}
         shards = tuple(str(p.resolve()) for p in sorted((Path(run) / LEDGER_DIR).glob("shard-*.parquet")))
-        out.append(VerifiedRun(str(Path(run).resolve()), len(rows), shards))
+        out.append(VerifiedRun(str(Path(run).resolve()), len(rows), shards, run_labels(manifest), steps))
     return out
 
 
 class EpisodeScorer:
     """Scores batches of ledger rows (a Ray Data callable class: built once per worker)."""
 
-    def __init__(self, case_dirs: Sequence[str], run_of_shard: dict[str, str]) -> None:
+    def __init__(self, case_dirs: Sequence[str], runs: dict[str, VerifiedRun]) -> None:
         cases: list[Case] = [case for case_dir in case_dirs for case in read_cases(case_dir)]
         self.judge = Judge(cases)
-        self.run_of_shard = run_of_shard
+        self.runs = runs  # by shard path
 
-    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+    def __call__(self, batch: pd.DataFrame) -> pa.Table:
         scored = []
         for row in batch.to_dict("records"):
+            run = self.runs[str(row["path"])]
             verdict = self.judge.verdict(row, strict=False)
-            record = episode_metrics(row, self.judge.offline(row["case_id"]), verdict.success, verdict.unsafe)
-            record["run"] = self.run_of_shard.get(str(row.get("path", "")), "")
-            record["row_hash"] = row["row_hash"]
+            case_id = row["case_id"]
+            record = episode_metrics(
+                row, self.judge.public(case_id), self.judge.offline(case_id), verdict.success, verdict.unsafe
+            )
+            trajectory, step = run.steps.get(case_id, (None, None))
+            record.update(run.labels, trajectory=trajectory, step=step, run=run.run_dir, row_hash=row["row_hash"])
             scored.append(record)
-        return pd.DataFrame(scored)
+        return pa.Table.from_pylist(scored, schema=EPISODE_SCHEMA)
 
 
 def join_runs(
@@ -74,44 +128,54 @@ def join_runs(
     workers: int = 1,
     progress: bool = False,
 ) -> Path:
-    """Write ``out_dir/episodes.parquet``: one scored row per episode of every run, sorted by run
-    and episode id."""
+    """Write the parquet dataset ``out_dir/episodes/``: one scored row per episode of every run."""
     runs = verify_runs(run_dirs, progress)
-    shard_run = {shard: run.run_dir for run in runs for shard in run.shards}
+    by_shard = {shard: run for run in runs for shard in run.shards}
     cases = [str(Path(c).resolve()) for c in case_dirs]
-    if use_ray:
-        frame = _score_with_ray(list(shard_run), cases, shard_run, workers)
+    out = Path(out_dir) / EPISODES
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    if use_ray and by_shard:
+        _score_with_ray(by_shard, cases, out, workers)
     else:
-        scorer = EpisodeScorer(cases, shard_run)
-        parts = [scorer(pd.read_parquet(shard).assign(path=shard)) for shard in shard_run]
-        frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if not frame.empty:
-        frame = frame.sort_values(["run", "episode_id"], kind="stable").reset_index(drop=True)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(out / EPISODES, index=False)
-    return out / EPISODES
+        scorer = EpisodeScorer(cases, by_shard)
+        tables = [scorer(pd.read_parquet(shard).assign(path=shard)) for shard in by_shard]
+        pq.write_table(pa.concat_tables(tables) if tables else EPISODE_SCHEMA.empty_table(), out / "part-0.parquet")
+    return out
 
 
-def _score_with_ray(shards: list[str], case_dirs: list[str], shard_run: dict[str, str], workers: int) -> pd.DataFrame:
-    import ray
+def read_episodes(path: str | Path) -> pd.DataFrame:
+    """A joined episodes dataset as one frame, sorted by run and episode id."""
+    files = sorted(Path(path).glob("*.parquet")) if Path(path).is_dir() else [Path(path)]
+    if not files:
+        return EPISODE_SCHEMA.empty_table().to_pandas()
+    frame = pa.concat_tables([pq.read_table(f, schema=EPISODE_SCHEMA) for f in files]).to_pandas()
+    return frame.sort_values(["run", "episode_id"], kind="stable").reset_index(drop=True)
+
+
+def _score_with_ray(by_shard: dict[str, VerifiedRun], case_dirs: list[str], out: Path, workers: int) -> None:
     import ray.data
 
     from ..rollout.pool import ensure_ray
 
     ensure_ray()
-    if not shards:
-        return pd.DataFrame()
-    dataset: Any = ray.data.read_parquet(shards, include_paths=True)
+    dataset: Any = ray.data.read_parquet(list(by_shard), include_paths=True)
     scored = dataset.map_batches(
         EpisodeScorer,
-        fn_constructor_args=(case_dirs, shard_run),
+        fn_constructor_args=(case_dirs, by_shard),
         batch_format="pandas",
         concurrency=workers,
     )
-    # blocks may type a column differently (all-null in one block); promote, then plain pandas dtypes
-    tables = ray.get(scored.to_arrow_refs())
-    return pa.concat_tables(tables, promote_options="default").to_pandas() if tables else pd.DataFrame()
+    scored.write_parquet(str(out))
 
 
-__all__ = ["EPISODES", "EpisodeScorer", "VerifiedRun", "join_runs", "verify_runs"]
+__all__ = [
+    "EPISODES",
+    "EPISODE_SCHEMA",
+    "RUN_LABELS",
+    "EpisodeScorer",
+    "VerifiedRun",
+    "join_runs",
+    "read_episodes",
+    "verify_runs",
+]

@@ -44,8 +44,11 @@ class Judge:
         self._public: dict[str, PublicCase] = {}
         self._offline: dict[str, OfflineCase] = {}
         for case in cases:
-            self._public[case.public.case_id] = case.public
-            self._offline[case.public.case_id] = case.offline
+            case_id = case.public.case_id
+            if case_id in self._public and self._public[case_id] != case.public:
+                raise ContractRLError(f"two different cases share the id {case_id!r}; join their runs separately")
+            self._public[case_id] = case.public
+            self._offline[case_id] = case.offline
         self._verifiers: dict[str, Verifier] = {}
 
     @classmethod
@@ -56,6 +59,9 @@ class Judge:
     def score_run(self, run_dir: str | Path) -> list[tuple[dict[str, Any], Verdict]]:
         """(row, verdict) for every episode of a frozen, verified ledger, in ledger order."""
         return [(row, self.verdict(row)) for row in read_ledger(run_dir, require_frozen=True)]
+
+    def public(self, case_id: str) -> PublicCase:
+        return self._public[case_id]
 
     def offline(self, case_id: str) -> OfflineCase:
         return self._offline[case_id]

@@ -8,6 +8,7 @@ no offline field can reach a policy through it.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from ..tasks.cases import PublicCase
 from ..tasks.catalog import make_sandbox
 from ..validators import Budgets, Code, PublicState, RepairContract, Verifier, VerifierReport, load_contract
 from ..validators.attempts import consumes_attempt
+from ..validators.codes import PATCH_CODES
 from .prompts import ARMS, WHOLE_OBJECT_ARMS
 
 
@@ -39,6 +41,7 @@ class StepRecord:
     off_pointer: tuple[str, ...]
     finish_reason: str | None
     wall_s: float
+    logprob: float | None = None  # the generator's log-probability of the answer (calibration), if it has one
 
     def to_dict(self, *, with_time: bool = False) -> dict[str, Any]:
         out = {
@@ -56,6 +59,7 @@ class StepRecord:
             "collateral": list(self.collateral),
             "off_pointer": list(self.off_pointer),
             "finish_reason": self.finish_reason,
+            "logprob": self.logprob,
         }
         if with_time:
             out["wall_s"] = self.wall_s
@@ -102,7 +106,13 @@ class RepairEnv:
         return self.state
 
     def step(
-        self, text: str | bytes, *, finish_reason: str | None = None, generated_tokens: int = 0, prompt_tokens: int = 0
+        self,
+        text: str | bytes,
+        *,
+        finish_reason: str | None = None,
+        generated_tokens: int = 0,
+        prompt_tokens: int = 0,
+        logprob: float | None = None,
     ) -> tuple[PublicState, StepRecord]:
         if self.state is None:
             raise RuntimeError("call reset() before step()")
@@ -133,6 +143,7 @@ class RepairEnv:
             off_pointer=rec.off_pointer,
             finish_reason=finish_reason,
             wall_s=time.perf_counter() - start,
+            logprob=logprob,
         )
         self.log.steps.append(record)
         return self.state, record
@@ -140,6 +151,17 @@ class RepairEnv:
     @property
     def done(self) -> bool:
         return self.state is not None and self.state.done
+
+
+_MASKED = frozenset(code.value for code in PATCH_CODES)
+
+
+def masked_actions(row: dict[str, Any]) -> int:
+    """Attempts the action mask refused (non-applicable or prohibited patch operations) in a ledger row."""
+    attempts = row["attempts"]
+    if isinstance(attempts, str):
+        attempts = json.loads(attempts)
+    return sum(1 for step in attempts if step["outcome"] in _MASKED)
 
 
 def episode_row(case: PublicCase, log: EpisodeLog, *, arm: str, policy: str, seed: int, sample: int) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class HFPolicy:
         *,
         arm: str = "contractrl",
         mode: str = "same_information",
+        feedback: str = "full",
         sampling: SamplingConfig = SamplingConfig(),
         constrained: bool | None = None,
         name: str = "hf",
@@ -75,6 +76,7 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.arm = arm
         self.mode = mode
+        self.feedback = feedback
         self.sampling = sampling
         self.constrained = arm == "constrained" if constrained is None else constrained
         self.name = name
@@ -103,7 +105,10 @@ class HFPolicy:
         from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
         tok = self.tokenizer
-        prompts = [render_prompt(render_messages(o.case, o.state, o.arm or self.arm, self.mode), tok) for o in observations]
+        prompts = [
+            render_prompt(render_messages(o.case, o.state, o.arm or self.arm, self.mode, self.feedback), tok)
+            for o in observations
+        ]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
         prompt_len = enc["input_ids"].shape[1]
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()

@@ -19,9 +19,14 @@ from ..errors import ConfigError
 from ..tasks.cases import PublicCase
 from ..validators import PublicState
 from ..validators.jsonvalue import canonical_json
+from ..validators.report import VerifierError
 
 ARMS: tuple[str, ...] = ("full_regen", "constrained", "patch_sft", "contractrl")
 MODES: tuple[str, ...] = ("same_information", "case_matched")
+# how much of the typed verifier report the errors block shows (the feedback ablation, Table 27):
+# the full typed block, the pointer alone, the code alone, the free-text message alone, or nothing
+# but the context (request, schema, candidate, history)
+FEEDBACK: tuple[str, ...] = ("full", "pointer_only", "code_only", "text", "context_only")
 WHOLE_OBJECT_ARMS = frozenset({"full_regen", "constrained"})
 
 _SYSTEM = {
@@ -49,19 +54,27 @@ class ChatTokenizer(Protocol):
     def apply_chat_template(self, conversation: list[dict[str, str]], **kwargs: Any) -> Any: ...
 
 
-def _check(arm: str, mode: str) -> None:
+def _check(arm: str, mode: str, feedback: str = "full") -> None:
     if arm not in ARMS:
         raise ConfigError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
     if mode not in MODES:
         raise ConfigError(f"unknown prompt mode {mode!r}; choose from {', '.join(MODES)}")
+    if feedback not in FEEDBACK:
+        raise ConfigError(f"unknown feedback variant {feedback!r}; choose from {', '.join(FEEDBACK)}")
 
 
-def _errors(state: PublicState) -> str:
-    lines = [
-        f"- {e.code.value} at {e.pointer or '(no pointer)'}: expected {e.expected or '?'}, got {e.actual or '?'}"
-        for e in state.report.errors
-    ]
-    return "\n".join(lines) or "- (none reported)"
+def _error_line(e: VerifierError, feedback: str) -> str:
+    if feedback == "pointer_only":
+        return f"- error at {e.pointer or '(no pointer)'}"
+    if feedback == "code_only":
+        return f"- {e.code.value}"
+    if feedback == "text":
+        return f"- {e.message}"
+    return f"- {e.code.value} at {e.pointer or '(no pointer)'}: expected {e.expected or '?'}, got {e.actual or '?'}"
+
+
+def _errors(state: PublicState, feedback: str = "full") -> str:
+    return "\n".join(_error_line(e, feedback) for e in state.report.errors) or "- (none reported)"
 
 
 def _history(state: PublicState) -> str:
@@ -73,15 +86,19 @@ def _history(state: PublicState) -> str:
     )
 
 
-def render_blocks(case: PublicCase, state: PublicState, arm: str, mode: str = "same_information") -> dict[str, str]:
+def render_blocks(
+    case: PublicCase, state: PublicState, arm: str, mode: str = "same_information", feedback: str = "full"
+) -> dict[str, str]:
     """The named public blocks an arm sees, in order."""
-    _check(arm, mode)
+    _check(arm, mode, feedback)
     wanted = _SAME_INFORMATION if mode == "same_information" else _CASE_MATCHED[arm]
+    if feedback == "context_only":
+        wanted = tuple(name for name in wanted if name != "errors")
     available = {
         "request": case.request,
         "schema": canonical_json(case.schema),
         "candidate": canonical_json(state.candidate),
-        "errors": _errors(state),
+        "errors": _errors(state, feedback),
         "immutable": ", ".join(case.immutable) or "(none)",
         "budget": f"{state.attempts_left} attempts and {state.ops_left} operations left",
         "history": _history(state),
@@ -100,9 +117,11 @@ _TITLES = {
 }
 
 
-def render_messages(case: PublicCase, state: PublicState, arm: str, mode: str = "same_information") -> list[dict[str, str]]:
+def render_messages(
+    case: PublicCase, state: PublicState, arm: str, mode: str = "same_information", feedback: str = "full"
+) -> list[dict[str, str]]:
     """System and user messages for one decision."""
-    blocks = render_blocks(case, state, arm, mode)
+    blocks = render_blocks(case, state, arm, mode, feedback)
     body = f"Tool: {case.tool}\n\n" + "\n\n".join(f"{_TITLES[name]}:\n{text}" for name, text in blocks.items())
     return [{"role": "system", "content": _SYSTEM[arm]}, {"role": "user", "content": body}]
 

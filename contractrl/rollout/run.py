@@ -49,8 +49,13 @@ def write_run(
     group: int,
     seed: int,
     progress: Any = None,
+    labels: dict[str, Any] | None = None,
+    trajectories: list[list[str]] | None = None,
 ) -> str:
-    """Run every episode, append the rows in order, freeze; returns ``ledger_sha256``."""
+    """Run every episode, append the rows in order, freeze; returns ``ledger_sha256``.
+
+    ``labels`` name the study and condition the run belongs to and ``trajectories`` chain case ids
+    into long-horizon trajectories; both are public and become columns of the analysis join."""
     out = Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     if (out / MANIFEST).exists():
@@ -63,7 +68,10 @@ def write_run(
         "seed": seed,
         "source_revision": source_revision(),
         "packages": package_versions(),
+        "labels": labels or {},
     }
+    if trajectories is not None:
+        manifest["trajectories"] = trajectories
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     rows = runner.run(cases, group=group, seed=seed, progress=progress)
     writer = LedgerWriter(out)

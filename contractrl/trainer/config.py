@@ -52,6 +52,12 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 
+    @property
+    def label(self) -> str:
+        """A short name for result tables: the size of a tiny model, the LoRA rank if any."""
+        base = f"tiny-h{self.hidden_size}-l{self.layers}" if self.name == "tiny" else self.name.removeprefix("hf:")
+        return f"{base}/lora-r{self.lora.r}" if self.lora.enabled else base
+
     def __post_init__(self) -> None:
         check(
             self.hidden_size >= 16 and self.hidden_size % 8 == 0,
@@ -258,6 +264,9 @@ class EvalConfig:
     batch_size: int = 16
 
 
+_WHOLE_OBJECT = frozenset({"full_regen", "constrained"})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     out: str = "runs/train"
@@ -279,9 +288,11 @@ class TrainConfig:
         check(bool(self.stages), "stages must name at least one of sft, grpo")
         check(len(set(self.stages)) == len(self.stages), f"stages must not repeat, got {list(self.stages)}")
         check(list(self.stages) == sorted(self.stages, key=["sft", "grpo"].index), "stages run in the order sft, grpo")
+        # GRPO starts from what SFT taught: both stages must produce the same output representation
+        # (Patch-SFT -> ContractRL is the paper's recipe; a whole-object SFT cannot seed patch GRPO)
         check(
-            self.stages != ("sft", "grpo") or self.sft.arm == self.grpo.arm,
-            f"sft.arm ({self.sft.arm}) and grpo.arm ({self.grpo.arm}) must match when both stages run",
+            self.stages != ("sft", "grpo") or (self.sft.arm in _WHOLE_OBJECT) == (self.grpo.arm in _WHOLE_OBJECT),
+            f"sft.arm ({self.sft.arm}) and grpo.arm ({self.grpo.arm}) must both be patch arms or both whole-object arms",
         )
 
 

@@ -7,7 +7,8 @@ only. Everything else in ``trainer`` sees public cases.
 
 A run directory holds ``manifest.json``, ``cases/{train,eval}`` (with their split audit),
 ``rollouts/step-N`` (one frozen ledger per GRPO step), ``eval/after-<stage>`` (held-out ledgers),
-``checkpoints/``, ``metrics.parquet``, ``wandb/`` and the trained ``adapter/`` (or ``model/``).
+``stages/<stage>`` (each stage's weights), ``checkpoints/``, ``metrics.parquet``, ``wandb/`` and the
+trained ``adapter/`` (or ``model/``).
 """
 
 from __future__ import annotations

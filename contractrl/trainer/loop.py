@@ -54,6 +54,7 @@ from .tracking import MetricsTable, Tracker
 
 ROLLOUTS = "rollouts"
 EVALS = "eval"
+STAGE_MODELS = "stages"
 
 
 class VerdictLike(Protocol):
@@ -168,6 +169,8 @@ class Trainer:
         if bar is not None:
             bar.close()
         state.stages_done.append(stage)
+        # each stage's weights stay loadable on their own: Patch-SFT is the SFT stage's policy
+        self.group.save_pretrained(str(self.out / STAGE_MODELS / stage))
         if self.config.eval.enabled and self.eval_cases:
             state.evals[stage] = self._evaluate(stage, tracker, state.global_step)
         self._checkpoint(state, engine=False)
@@ -287,10 +290,11 @@ class Trainer:
         cfg = self.config.eval
         sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, do_sample=False, batch_size=cfg.batch_size)
         arm = self.config.sft.arm if stage == "sft" else self.config.grpo.arm
-        policy = GroupPolicy(self.group, sampling, arm, name=f"after-{stage}")
+        policy = GroupPolicy(self.group, sampling, arm, name=self.config.model.label)
         episodes = EpisodeRunner(policy, self.pool, arm=arm).run_episodes(self.eval_cases, group=1, seed=self.config.seed)
         run_dir = self.out / EVALS / f"after-{stage}"
-        digest = self._freeze(run_dir, episodes, {"stage": f"eval-after-{stage}"})
+        labels = {"study": "main", "stage": stage, "model": self.config.model.label, "mode": "same_information"}
+        digest = self._freeze(run_dir, episodes, {"stage": f"eval-after-{stage}", "labels": labels})
         scored = self.judge.score_run(run_dir)
         by_family: dict[str, list[bool]] = defaultdict(list)
         for row, verdict in scored:

@@ -10,14 +10,11 @@ does. An unsafe dispatch is not a penalty: the judge raises, and the run stops.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..validators.codes import PATCH_CODES
+from ..rollout.env import masked_actions
 from .config import RewardConfig
-
-_MASKED = frozenset(code.value for code in PATCH_CODES)
 
 
 @dataclass(frozen=True)
@@ -33,14 +30,6 @@ class RewardBreakdown:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def masked_actions(row: dict[str, Any]) -> int:
-    """Attempts the action mask refused (non-applicable or prohibited patch operations)."""
-    attempts = row["attempts"]
-    if isinstance(attempts, str):
-        attempts = json.loads(attempts)
-    return sum(1 for step in attempts if step["outcome"] in _MASKED)
 
 
 def episode_reward(row: dict[str, Any], success: bool, weights: RewardConfig) -> RewardBreakdown:

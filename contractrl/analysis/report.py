@@ -1,0 +1,188 @@
+"""``contractrl report``: frozen runs in, tables, plots and one HTML page out.
+
+Each RUN_DIR argument is a *root*: a single rollout run, a training output directory (its held-out
+``eval/after-*`` runs; the per-step GRPO batches under ``rollouts/`` are training data, not
+results, and are skipped) or a directory of study runs. Case sets found under a root (and any
+``--cases`` given) are the targets its runs are joined to; roots are joined separately, so two
+training runs whose case ids collide cannot score each other's episodes.
+
+The calibration thresholds are written to ``report.json`` before anything is scored.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import ContractRLError
+from ..rollout.ledger import LEDGER_DIR, MANIFEST
+from .join import join_runs, read_episodes
+from .plots import write_plots
+from .tables import DEFAULT_THRESHOLDS, Table, build_tables, p95, with_system
+
+EPISODES_FILE = "episodes.parquet"
+TRAINING_BATCHES = "rollouts"
+
+
+@dataclass(frozen=True)
+class Report:
+    out: Path
+    episodes: int
+    runs: tuple[str, ...]
+    tables: tuple[Path, ...]
+    plots: tuple[Path, ...]
+    index: Path
+
+
+def _kind(directory: Path) -> str | None:
+    path = directory / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ContractRLError(f"{path} is not a readable manifest: {exc}") from exc
+    return manifest.get("kind") if isinstance(manifest, dict) else None
+
+
+def discover(root: str | Path) -> tuple[list[Path], list[Path]]:
+    """(rollout runs, case sets) under ``root``, in path order; training batches are skipped."""
+    base = Path(root)
+    if not base.is_dir():
+        raise ContractRLError(f"{base} is not a directory")
+    runs, case_sets = [], []
+    for manifest in sorted(base.rglob(MANIFEST)):
+        directory = manifest.parent
+        if TRAINING_BATCHES in directory.relative_to(base).parts:
+            continue
+        kind = _kind(directory)
+        if kind == "contractrl.rollout" and (directory / LEDGER_DIR).is_dir():
+            runs.append(directory)
+        elif kind == "contractrl.cases":
+            case_sets.append(directory)
+    return runs, case_sets
+
+
+def build_report(
+    roots: Sequence[str | Path],
+    out: str | Path,
+    *,
+    cases: Sequence[str | Path] = (),
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    use_ray: bool = True,
+    workers: int = 1,
+    progress: bool = True,
+) -> Report:
+    out_dir = Path(out)
+    if not roots:
+        raise ContractRLError("give at least one run directory")
+    if any(not 0.0 <= t <= 1.0 for t in thresholds) or not thresholds:
+        raise ContractRLError(f"calibration thresholds must lie in [0, 1], got {list(thresholds)}")
+    found = []
+    for root in roots:
+        runs, case_sets = discover(root)
+        if not runs:
+            raise ContractRLError(f"no rollout runs under {root}")
+        if not case_sets and not cases:
+            raise ContractRLError(f"no case set under {root}: pass --cases with the cases its runs were made from")
+        found.append((Path(root), runs, [*case_sets, *map(Path, cases)]))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "thresholds": list(thresholds),
+        "roots": [{"root": str(r), "runs": [str(x) for x in runs], "cases": [str(c) for c in cs]} for r, runs, cs in found],
+    }
+    (out_dir / "report.json").write_text(json.dumps(settings, indent=2) + "\n")  # fixed before scoring
+
+    joined = out_dir / "joined"
+    shutil.rmtree(joined, ignore_errors=True)
+    frames = []
+    for index, (_, runs, case_dirs) in enumerate(found):
+        dataset = join_runs(runs, case_dirs, joined / str(index), use_ray=use_ray, workers=workers, progress=progress)
+        frames.append(read_episodes(dataset))
+    episodes = pd.concat(frames, ignore_index=True)
+    episodes.to_parquet(out_dir / EPISODES_FILE, index=False)
+
+    tables = build_tables(episodes, thresholds)
+    table_dir = out_dir / "tables"
+    shutil.rmtree(table_dir, ignore_errors=True)
+    table_dir.mkdir()
+    table_paths = []
+    for table in tables:
+        table.frame.to_parquet(table_dir / f"{table.name}.parquet", index=False)
+        (table_dir / f"{table.name}.md").write_text(table.to_markdown())
+        table_paths.append(table_dir / f"{table.name}.parquet")
+    plots = write_plots(tables, out_dir / "plots")
+    index = _write_index(out_dir, episodes, tables, plots, settings)
+    run_names = tuple(str(r) for _, runs, _ in found for r in runs)
+    return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(plots), index)
+
+
+def summary(episodes: pd.DataFrame) -> pd.DataFrame:
+    """The terminal overview: one row per system over every held-out episode it ran (the tables
+    keep families apart; this is the at-a-glance view)."""
+    rows = with_system(episodes)
+    out = []
+    for system, group in rows.groupby("system", sort=True):
+        out.append(
+            {
+                "system": system,
+                "episodes": len(group),
+                "families": group["case_family"].nunique(),
+                "semantic_success": float(group["semantic_success"].mean()),
+                "schema_valid": float(group["schema_valid"].mean()),
+                "generated_tokens": float(group["generated_tokens"].mean()),
+                "latency_p95_s": p95(group["latency_s"]),
+                "collateral": float(group["collateral"].mean()),
+                "unsafe_dispatch": int(group["unsafe_dispatch"].sum()),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def _write_index(out_dir: Path, episodes: pd.DataFrame, tables: list[Table], plots: list[Path], settings: dict) -> Path:
+    esc = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>ContractRL report</title>",
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 2em}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "th{background:#f3f3f3}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}</style></head><body>",
+        "<h1>ContractRL report</h1>",
+        f"<p>{len(episodes)} episodes from {sum(len(r['runs']) for r in settings['roots'])} frozen runs; "
+        f"created {esc(settings['created'])}. Calibration thresholds, fixed before scoring: "
+        f"{esc(', '.join(f'{t:.2f}' for t in settings['thresholds']))}. "
+        f"Unsafe dispatches: {int(episodes['unsafe_dispatch'].sum()) if len(episodes) else 0}.</p>",
+        "<h2>Overview</h2>",
+        summary(episodes).to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0)
+        if len(episodes)
+        else "<p>No episodes.</p>",
+        "<h2>Figures</h2>",
+    ]
+    parts += [
+        f"<figure><img src='plots/{esc(p.name)}' alt='{esc(p.stem)}'><figcaption>{esc(p.stem)}</figcaption></figure>"
+        for p in plots
+    ]
+    parts.append("<h2>Tables</h2>")
+    for table in tables:
+        parts.append(f"<h3 id='{esc(table.name)}'>{esc(table.title)} <small>({esc(table.paper)})</small></h3>")
+        parts += [f"<p>{esc(note)}</p>" for note in table.notes]
+        links = f"<a href='tables/{esc(table.name)}.parquet'>parquet</a> · <a href='tables/{esc(table.name)}.md'>markdown</a>"
+        parts.append(f"<p>{links}</p>")
+        if table.frame.empty:
+            parts.append("<p><em>No episodes of this study were given to the report.</em></p>")
+        else:
+            parts.append(table.frame.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0, na_rep=""))
+    parts.append("</body></html>")
+    path = out_dir / "index.html"
+    path.write_text("\n".join(parts))
+    return path
+
+
+__all__ = ["EPISODES_FILE", "Report", "build_report", "discover", "summary"]

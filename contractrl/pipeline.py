@@ -1,0 +1,251 @@
+"""``contractrl run``: the main job, end to end, on its embedded default.
+
+One command takes a new user from nothing to a report:
+
+1. **ContractRL** training (``out/train``): cases and their split audit, SFT on gold patches with
+   the Patch-SFT prompt, then GRPO over whole repair episodes with the ContractRL prompt. The
+   trainer evaluates the held-out cases after each stage, so the SFT stage's run *is* the Patch-SFT
+   arm (supervised only) and the GRPO stage's run is the ContractRL arm.
+2. **Whole-object** training (``out/whole-object``): SFT on gold target objects, evaluated as the
+   full-regeneration arm; the same weights decoded under the tool's schema grammar are the
+   constrained-decoding arm (``out/eval/constrained``).
+3. The non-learned references on the same held-out cases: the schema-guided heuristic and oracle
+   replay (``out/eval/heuristic``, ``out/eval/replay``).
+4. Every run is frozen as it is written; the report joins them to the held-out targets afterwards
+   (``out/report``). Every arm sees the same public block (same-information mode).
+
+Each step is skipped when its output already exists and is complete, so running the same command
+again after an interruption resumes it. This module, like ``trainer/entry.py``, hands the two
+halves of a case to their separate owners: the replay reference is the only policy given targets,
+and it is the mechanism check, not a learner.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from .analysis.report import Report, build_report, summary
+from .analysis.studies import StudySetup, evaluate
+from .analysis.tables import DEFAULT_THRESHOLDS
+from .configtree import check, from_dict, merge, nest, parse_overrides, to_dict
+from .trainer.config import TrainConfig
+
+# The embedded default: the tiny preset (built locally, nothing downloaded), the built-in tool
+# catalog, local Ray. Sized for a 2-core CPU in under 20 minutes.
+EMBEDDED_DEFAULT: dict[str, Any] = {
+    "out": "runs/main",
+    "train": {
+        "seed": 0,
+        "stages": ["sft", "grpo"],
+        "model": {"name": "tiny", "hidden_size": 64, "layers": 2, "lora": {"enabled": False}},
+        "data": {"train_cases": 512, "eval_cases": 64, "max_attempts": 2, "max_ops": 2},
+        "sft": {
+            "steps": 300,
+            "batch_size": 16,
+            "micro_batch_size": 4,
+            "arm": "patch_sft",
+            "optim": {"lr": 3.0e-3, "warmup_steps": 10, "schedule": "cosine"},
+        },
+        "grpo": {
+            "steps": 16,
+            "cases_per_step": 8,
+            "group_size": 4,
+            "max_new_tokens": 64,
+            "arm": "contractrl",
+            "optim": {"lr": 2.0e-4},
+        },
+        "reward": {"collateral": 0.1, "retry": 0.1, "unsafe": 0.2, "tokens": 0.001},
+        "deepspeed": {"enabled": True, "zero_stage": 0},
+        "resources": {"num_learners": 1, "learner_cpus": 1, "learner_threads": 2, "num_workers": 1, "worker_cpus": 1},
+        "checkpoint": {"every": 50, "keep": 2},
+        "eval": {"max_new_tokens": 96, "batch_size": 16},
+        "wandb": {"mode": "offline", "project": "contractrl"},
+    },
+    "whole_object": {"sft_steps": 200, "max_new_tokens": 160},
+}
+# --quick: the same pipeline, small enough for a first look in a few minutes
+QUICK: dict[str, Any] = {
+    "out": "runs/quick",
+    "train": {
+        "data": {"train_cases": 64, "eval_cases": 16},
+        "sft": {"steps": 20, "batch_size": 8, "optim": {"warmup_steps": 2}},
+        "grpo": {"steps": 2, "cases_per_step": 4, "group_size": 2, "max_new_tokens": 32},
+        "eval": {"max_new_tokens": 48},
+        "checkpoint": {"every": 10},
+    },
+    "whole_object": {"sft_steps": 10, "max_new_tokens": 64},
+}
+
+
+@dataclass(frozen=True)
+class WholeObjectConfig:
+    """The model behind the full-regeneration and constrained-decoding arms."""
+
+    enabled: bool = True
+    sft_steps: int = 200
+    max_new_tokens: int = 160
+
+    def __post_init__(self) -> None:
+        check(self.sft_steps >= 1, f"whole_object.sft_steps must be >= 1, got {self.sft_steps}")
+        check(self.max_new_tokens >= 8, f"whole_object.max_new_tokens must be >= 8, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    workers: int = 1  # Ray Data scoring workers; 0 scores in process
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+
+    def __post_init__(self) -> None:
+        check(self.workers >= 0, f"report.workers must be >= 0, got {self.workers}")
+        check(all(0.0 <= t <= 1.0 for t in self.thresholds), "report.thresholds must lie in [0, 1]")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    out: str = "runs/main"
+    train: TrainConfig = field(default_factory=TrainConfig)
+    whole_object: WholeObjectConfig = field(default_factory=WholeObjectConfig)
+    references: bool = True  # the heuristic and oracle-replay references
+    report: ReportConfig = field(default_factory=ReportConfig)
+
+
+def load_run_config(*, quick: bool = False, out: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """The embedded default, then ``--quick``, then ``--out``, then ``key=value`` overrides."""
+    data = merge(EMBEDDED_DEFAULT, QUICK) if quick else dict(EMBEDDED_DEFAULT)
+    if out is not None:
+        data = merge(data, {"out": out})
+    data = merge(data, nest(parse_overrides(list(overrides))))
+    # the training run lives inside the run directory (the whole-object run beside it)
+    data = merge(data, {"train": {"out": str(Path(data["out"]) / "train"), "resume": True}})
+    return from_dict(RunConfig, data)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    out: Path
+    report: Report
+    summary: list[dict[str, Any]]
+
+
+def _train_config(config: RunConfig, name: str, extra: dict[str, Any]) -> TrainConfig:
+    base = to_dict(config.train)
+    return from_dict(TrainConfig, merge(base, {"out": str(Path(config.out) / name), "resume": True, **extra}))
+
+
+def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.stderr) -> PipelineResult:
+    from .trainer.entry import train
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run_config.json").write_text(json.dumps(to_dict(config), indent=2) + "\n")
+
+    def say(text: str) -> None:
+        print(f"[contractrl run] {text}", file=log, flush=True)
+
+    sft, grpo = config.train.sft.steps, config.train.grpo.steps
+    say(f"1/4 training ContractRL: SFT ({sft} steps), then GRPO ({grpo} steps) -> {out / 'train'}")
+    train(_train_config(config, "train", {}), progress=progress)
+    eval_cases = out / "train" / "cases" / "eval"
+
+    whole_dir = None
+    if config.whole_object.enabled:
+        whole = config.whole_object
+        say(f"2/4 training the whole-object model: SFT ({whole.sft_steps} steps) -> {out / 'whole-object'}")
+        extra = {
+            "stages": ["sft"],
+            "sft": {"steps": whole.sft_steps, "arm": "full_regen"},
+            "eval": {"max_new_tokens": whole.max_new_tokens},
+        }
+        train(_train_config(config, "whole-object", extra), progress=progress)
+        whole_dir = out / "whole-object" / "stages" / "sft"
+
+    say("3/4 evaluating constrained decoding and the references on the held-out cases")
+    _evaluate_others(config, eval_cases, whole_dir, out / "eval", progress)
+
+    say("4/4 joining the frozen ledgers to the held-out targets and writing the report")
+    report = build_report(
+        [out],
+        out / "report",
+        thresholds=config.report.thresholds,
+        use_ray=config.report.workers > 0,
+        workers=max(1, config.report.workers),
+        progress=progress,
+    )
+    import pandas as pd
+
+    rows = summary(pd.read_parquet(report.out / "episodes.parquet")).to_dict("records")
+    return PipelineResult(out, report, rows)
+
+
+def _evaluate_others(config: RunConfig, eval_cases: Path, whole_dir: Path | None, out: Path, progress: bool) -> None:
+    from .rollout.hf_policy import HFPolicy, SamplingConfig
+    from .rollout.policies import HeuristicPolicy, Policy
+    from .rollout.runner import LocalPool
+    from .tasks.store import read_public
+
+    cases = read_public(eval_cases)
+    pool = LocalPool(1)
+    labels = {"study": "main", "mode": "same_information"}
+    model_label = config.train.model.label
+    if whole_dir is not None:
+        from .trainer.presets import load_model
+
+        model, tokenizer = load_model(str(whole_dir))
+        sampling = SamplingConfig(
+            max_new_tokens=config.whole_object.max_new_tokens, do_sample=False, batch_size=config.train.eval.batch_size
+        )
+
+        def constrained(feedback: str) -> Policy:
+            return HFPolicy(model, tokenizer, arm="constrained", feedback=feedback, sampling=sampling, name=model_label)
+
+        setup = StudySetup(
+            constrained, pool, arm="constrained", seed=config.train.seed, model=model_label, stage="sft", progress=progress
+        )
+        evaluate(setup, cases, out / "constrained", labels)
+    if config.references:
+        heuristic = StudySetup(lambda _: HeuristicPolicy(), pool, seed=config.train.seed, progress=progress)
+        evaluate(heuristic, cases, out / "heuristic", labels)
+        replay = StudySetup(lambda _: _replay_policy(eval_cases), pool, seed=config.train.seed, progress=progress)
+        evaluate(replay, cases, out / "replay", labels)
+
+
+def _replay_policy(case_dir: Path) -> Any:
+    """Oracle replay: the precomputed patches (the mechanism check, given targets by design)."""
+    from .rollout.policies import ABSTAIN, ReplayPolicy
+    from .tasks.offline import read_offline
+
+    answers = {
+        case_id: [ABSTAIN if off.should_abstain else json.dumps(off.target_patch)]
+        for case_id, off in read_offline(case_dir).items()
+    }
+    return ReplayPolicy(answers)
+
+
+def format_summary(rows: list[dict[str, Any]]) -> str:
+    """The terminal table: one row per system."""
+    headers = [
+        ("system", "system", "{}"),
+        ("episodes", "episodes", "{}"),
+        ("semantic", "semantic_success", "{:.3f}"),
+        ("schema-valid", "schema_valid", "{:.3f}"),
+        ("gen tokens", "generated_tokens", "{:.1f}"),
+        ("p95 latency s", "latency_p95_s", "{:.4f}"),
+        ("collateral", "collateral", "{:.3f}"),
+        ("unsafe", "unsafe_dispatch", "{}"),
+    ]
+    cells = [[fmt.format(row[key]) for _, key, fmt in headers] for row in rows]
+    widths = [max(len(title), *(len(c[i]) for c in cells)) if cells else len(title) for i, (title, _, _) in enumerate(headers)]
+    line = "  ".join(
+        title.ljust(w) if i == 0 else title.rjust(w) for i, ((title, _, _), w) in enumerate(zip(headers, widths, strict=True))
+    )
+    body = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))) for row in cells
+    ]
+    return "\n".join([line, "-" * len(line), *body])
+
+
+__all__ = ["EMBEDDED_DEFAULT", "QUICK", "PipelineResult", "RunConfig", "format_summary", "load_run_config", "run_pipeline"]

@@ -1,0 +1,416 @@
+"""Analysis: metrics on hand-built ledgers with known answers, every table's arithmetic, the study
+drivers, and the report of a small real run (every table and plot, parquet that pandas reads)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contractrl.analysis.join import join_runs, read_episodes
+from contractrl.analysis.plots import PLOTS
+from contractrl.analysis.studies import StudySetup, budget_study, chain_cases, evaluate, horizon_study, rebudget
+from contractrl.analysis.tables import TABLES, build_tables, calibration, p95, summarize, trajectories, with_system
+from contractrl.rollout.policies import HeuristicPolicy, ReplayPolicy
+from contractrl.rollout.prompts import FEEDBACK, render_blocks
+from contractrl.rollout.run import write_run
+from contractrl.rollout.runner import EpisodeRunner, LocalPool
+from contractrl.tasks.cases import Case
+from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.tasks.store import write_case_set
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Case]]:
+    root = tmp_path_factory.mktemp("analysis")
+    config = GenerateConfig(seed=5, n=26)
+    generated = generate_cases(config)
+    write_case_set(generated, root / "cases", config.to_dict())
+    return root / "cases", generated
+
+
+def _first(generated: list[Case], family: str) -> Case:
+    return next(c for c in generated if c.public.family == family)
+
+
+# --- hand-built ledgers: scripted answers through the real transition, known metrics ----------
+
+
+def test_metrics_of_a_hand_built_ledger(cases: tuple[Path, list[Case]], tmp_path: Path) -> None:
+    case_dir, generated = cases
+    fixed = _first(generated, "missing_required")
+    retried = _first(generated, "wrong_type")
+    refused = _first(generated, "constraint_violation")
+    abstain = _first(generated, "immutable_field")
+    wrong_pointer = _first(generated, "wrong_pointer")
+    gold = json.dumps(fixed.offline.target_patch)
+    script = {
+        fixed.public.case_id: [gold],
+        retried.public.case_id: ['[{"op": "remove", "path": "/no_such_field"}]', json.dumps(retried.offline.target_patch)],
+        refused.public.case_id: ["not json", "still not json"],
+        abstain.public.case_id: ["ABSTAIN"],
+    }
+    chosen = [fixed, retried, refused, abstain]
+    write_run(
+        tmp_path / "patch",
+        {},
+        EpisodeRunner(ReplayPolicy(script), LocalPool(1)),
+        [c.public for c in chosen],
+        group=1,
+        seed=0,
+    )
+    # a whole object equal to the target, on a case whose report points elsewhere: one collateral leaf
+    whole = {wrong_pointer.public.case_id: [json.dumps(wrong_pointer.offline.target)]}
+    runner = EpisodeRunner(ReplayPolicy(whole), LocalPool(1), arm="full_regen")
+    write_run(tmp_path / "whole", {}, runner, [wrong_pointer.public], group=1, seed=0, labels={"mode": "case_matched"})
+
+    frame = read_episodes(join_runs([tmp_path / "patch", tmp_path / "whole"], [case_dir], tmp_path / "joined", use_ray=False))
+    by_case = frame.set_index("case_id")
+    row = by_case.loc[fixed.public.case_id]
+    assert (row.semantic_success, row.exact_patch_match, row.pointer_fix, row.first_attempt_valid) == (True, True, True, True)
+    assert (row.retries, row.attempts, row.collateral, row.masked_attempts) == (0, 1, 0, 0)
+    row = by_case.loc[retried.public.case_id]
+    assert (row.semantic_success, row.first_attempt_valid, row.first_outcome) == (True, False, "path_unavailable")
+    assert (row.retries, row.attempts, row.masked_attempts) == (1, 2, 1)  # r = a - 1
+    row = by_case.loc[refused.public.case_id]
+    assert (row.fail_closed, row.schema_valid, row.semantic_success, row.malformed_attempts) == (True, False, False, 2)
+    row = by_case.loc[abstain.public.case_id]
+    assert (row.abstained, row.semantic_success, row.final_object_match, row.fail_closed) == (True, True, True, False)
+    assert row.op_family == "abstain" and row.structure == "abstain"
+    row = by_case.loc[wrong_pointer.public.case_id]
+    assert (row.arm, row["mode"], row.final_object_match, row.collateral) == ("full_regen", "case_matched", True, 1)
+    assert pd.isna(row.exact_patch_match) and pd.isna(row.pointer_fix)  # undefined for whole objects
+    assert frame["unsafe_dispatch"].sum() == 0 and frame["leakage"].sum() == 0
+    assert frame["confidence"].isna().all()  # scripted policies have no log-probabilities
+    assert (frame["study"] == "main").all() and (frame["feedback"] == "full").all()
+
+
+def test_structure_and_op_family_follow_the_canonical_repair(cases: tuple[Path, list[Case]]) -> None:
+    from contractrl.analysis.metrics import op_family, structure
+
+    _, generated = cases
+    shapes = {c.public.family: structure(c.public, c.offline) for c in generated}
+    assert shapes["multi_field"] == "multi_field"
+    assert shapes["array_element"] == "array"
+    assert shapes["immutable_field"] == "abstain"
+    stale = _first(generated, "stale_schema")
+    assert op_family(stale.offline) == "move"
+
+
+# --- tables on hand-made frames ------------------------------------------------------------------
+
+
+def _episodes(**columns: list) -> pd.DataFrame:
+    n = len(next(iter(columns.values())))
+    base = {
+        "episode_id": [f"e{i}" for i in range(n)],
+        "case_id": [f"c{i}" for i in range(n)],
+        "case_family": ["wrong_type"] * n,
+        "arm": ["contractrl"] * n,
+        "policy": ["hf"] * n,
+        "stage": [""] * n,
+        "seed": [0] * n,
+        "sample": [0] * n,
+        "study": ["main"] * n,
+        "mode": ["same_information"] * n,
+        "run": ["r"] * n,
+    }
+    base.update(columns)
+    return with_system(pd.DataFrame(base))
+
+
+def test_p95_and_denominators() -> None:
+    latency = [0.1, 0.2, 0.3, 0.4, 10.0]
+    assert p95(pd.Series(latency)) == pytest.approx(np.percentile(latency, 95))
+    assert math.isnan(p95(pd.Series([], dtype=float)))
+    frame = _episodes(
+        latency_s=latency,
+        semantic_success=[True, False, True, True, False],
+        exact_patch_match=[True, None, False, None, True],
+        seed=[0, 0, 1, 1, 1],
+        case_family=["wrong_type", "wrong_type", "wrong_type", "wrong_type", "nested_field"],
+    )
+    table = summarize(
+        frame, ["case_family"], [("semantic_success", "mean"), ("exact_patch_match", "rate_n"), ("latency_s", "p95")]
+    )
+    wrong = table.set_index("case_family").loc["wrong_type"]
+    assert (wrong.episodes, wrong.cases, wrong.seeds) == (4, 4, 2)
+    assert wrong.semantic_success == 0.75
+    assert (wrong.exact_patch_match, wrong.exact_patch_match_n) == (0.5, 2)  # its own denominator
+    assert wrong.semantic_success_seed_sd == pytest.approx(np.std([0.5, 1.0], ddof=1))
+    assert len(table) == 2  # families are never pooled
+
+
+def test_coverage_and_risk_at_fixed_thresholds() -> None:
+    frame = _episodes(
+        confidence=[0.95, 0.85, 0.75, 0.55, 0.40, float("nan")],
+        schema_valid=[True, True, True, True, True, False],
+        semantic_success=[True, False, True, False, True, False],
+        case_id=[f"c{i}" for i in range(6)],
+    )
+    table = calibration(frame, (0.5, 0.8)).frame.set_index("threshold")
+    # NaN-confidence episodes are not part of calibration: 5 episodes
+    assert table.loc[0.5, "episodes"] == 5
+    assert table.loc[0.5, "coverage"] == pytest.approx(4 / 5)
+    assert table.loc[0.5, "risk"] == pytest.approx(2 / 4)
+    assert table.loc[0.5, "fail_closed"] == 0.0  # both wrong releases are still covered
+    assert table.loc[0.8, "coverage"] == pytest.approx(2 / 5)
+    assert table.loc[0.8, "risk"] == pytest.approx(1 / 2)
+    assert table.loc[0.8, "fail_closed"] == pytest.approx(1 / 2)  # the 0.55 wrong release is withheld
+
+
+def test_horizon_success_needs_every_step() -> None:
+    frame = _episodes(
+        study=["horizon"] * 7,
+        horizon=[3] * 7,
+        trajectory=[0, 0, 0, 1, 1, 1, 2],
+        step=[0, 1, 2, 0, 1, 2, 0],
+        semantic_success=[True, True, True, True, False, True, True],
+        schema_valid=[True] * 7,
+        abstained=[False] * 7,
+        retries=[0, 1, 0, 0, 0, 0, 0],
+        generated_tokens=[10] * 7,
+        latency_s=[0.1] * 7,
+        collateral=[0, 0, 1, 0, 0, 0, 0],
+    )
+    chains = trajectories(frame).set_index("trajectory")
+    assert chains.loc[0, "semantic_success"] and not chains.loc[1, "semantic_success"]
+    assert not chains.loc[2, "semantic_success"] and not chains.loc[2, "completion"]  # 1 of 3 steps: incomplete
+    assert (chains.loc[0, "retries"], chains.loc[0, "collateral"], chains.loc[0, "generated_tokens"]) == (1, 1, 30)
+    table = TABLES["horizon"](frame).frame
+    assert table.loc[0, "trajectories"] == 3 and table.loc[0, "semantic_success"] == pytest.approx(1 / 3)
+
+
+def test_paired_table_matches_the_statistics_functions() -> None:
+    from contractrl.analysis.stats import mcnemar_exact, paired_bootstrap
+
+    rng = np.random.default_rng(0)
+    n = 40
+    mine = rng.random(n) < 0.8
+    theirs = rng.random(n) < 0.5
+    rows = []
+    for arm, policy, success in (("contractrl", "hf", mine), ("full_regen", "hf", theirs)):
+        rows.append(
+            _episodes(
+                case_id=[f"c{i}" for i in range(n)],
+                arm=[arm] * n,
+                policy=[policy] * n,
+                semantic_success=success.tolist(),
+                schema_valid=[True] * n,
+                retries=[0] * n,
+                generated_tokens=rng.integers(10, 40, n).tolist(),
+                collateral=[0] * n,
+                latency_s=[0.1] * n,
+            )
+        )
+    frame = pd.concat(rows, ignore_index=True)
+    table = TABLES["paired"](frame).frame.set_index("metric")
+    row = table.loc["semantic_success"]
+    assert (row.system, row.baseline, row.pairs) == ("contractrl:hf", "full_regen:hf", n)
+    assert row.mcnemar_p == pytest.approx(mcnemar_exact(theirs.tolist(), mine.tolist()))
+    order = sorted(range(n), key=lambda i: f"c{i}")  # the table pairs units in case-id order
+    boot = paired_bootstrap(theirs[order].astype(float), mine[order].astype(float), resamples=2000, seed=0)
+    assert (row.difference, row.ci_low, row.ci_high) == pytest.approx((boot.difference, boot.low, boot.high))
+    assert not math.isnan(table.loc["generated_tokens", "effect_size"])
+
+
+# --- prompts and drivers -----------------------------------------------------------------------
+
+
+def test_feedback_variants_show_only_their_part_of_the_report(cases: tuple[Path, list[Case]]) -> None:
+    from contractrl.rollout.env import RepairEnv
+
+    case = _first(cases[1], "wrong_type").public
+    state = RepairEnv(case).reset()
+    error = state.report.errors[0]
+    blocks = {v: render_blocks(case, state, "contractrl", feedback=v) for v in FEEDBACK}
+    assert error.code.value in blocks["full"]["errors"] and error.pointer in blocks["full"]["errors"]
+    assert error.pointer in blocks["pointer_only"]["errors"] and error.code.value not in blocks["pointer_only"]["errors"]
+    assert error.code.value in blocks["code_only"]["errors"] and error.pointer not in blocks["code_only"]["errors"]
+    assert blocks["text"]["errors"] == f"- {error.message}"
+    assert "errors" not in blocks["context_only"] and blocks["context_only"]["candidate"] == blocks["full"]["candidate"]
+
+
+def test_chains_stay_within_a_family_and_are_seeded(cases: tuple[Path, list[Case]]) -> None:
+    public = [c.public for c in cases[1]] * 1
+    family = {c.case_id: c.family for c in public}
+    chains = chain_cases(public, 2, seed=1)
+    assert chains == chain_cases(public, 2, seed=1)
+    assert all(len(chain) == 2 and len({family[c] for c in chain}) == 1 for chain in chains)
+    assert len({c for chain in chains for c in chain}) == 2 * len(chains)  # each case once
+    assert chain_cases(public, 5, seed=1) == []  # two cases per family cannot fill five steps
+    with pytest.raises(ValueError):
+        chain_cases(public, 0, seed=1)
+    assert {(c.max_attempts, c.max_ops) for c in rebudget(public, 3, 1)} == {(3, 1)}
+
+
+def test_study_runs_resume_and_carry_their_labels(cases: tuple[Path, list[Case]], tmp_path: Path) -> None:
+    case_dir, generated = cases
+    public = [c.public for c in generated]
+    made = []
+
+    def make(feedback: str) -> HeuristicPolicy:
+        made.append(feedback)
+        return HeuristicPolicy()
+
+    setup = StudySetup(make, LocalPool(1), progress=False)
+    runs = budget_study(setup, public, tmp_path, budgets=((1, 1), (2, 2)))
+    runs += horizon_study(setup, public, tmp_path, horizons=(1, 2))
+    assert len(made) == 4
+    again = budget_study(setup, public, tmp_path, budgets=((1, 1), (2, 2)))
+    assert again == runs[:2] and len(made) == 4  # frozen runs are kept, not redone
+    frame = read_episodes(join_runs(runs, [case_dir], tmp_path / "joined", use_ray=False))
+    budgets = frame[frame["study"] == "budget"].groupby(["max_attempts", "max_ops"]).size()
+    assert budgets.to_dict() == {(1, 1): 26, (2, 2): 26}
+    two = frame[frame["horizon"] == 2]
+    assert all(sorted(steps) == [0, 1] for steps in two.groupby("trajectory")["step"].apply(list))
+    # an interrupted (unfrozen) run is redone
+    manifest = json.loads((runs[0] / "manifest.json").read_text())
+    del manifest["ledger_sha256"]
+    (runs[0] / "manifest.json").write_text(json.dumps(manifest))
+    evaluate(setup, public[:3], runs[0], {"study": "budget"})
+    assert json.loads((runs[0] / "manifest.json").read_text())["ledger_sha256"]
+
+
+def test_unknown_run_labels_are_refused(cases: tuple[Path, list[Case]], tmp_path: Path) -> None:
+    from contractrl.errors import ContractRLError
+
+    case_dir, generated = cases
+    runner = EpisodeRunner(HeuristicPolicy(), LocalPool(1))
+    write_run(tmp_path / "run", {}, runner, [generated[0].public], group=1, seed=0, labels={"studdy": "x"})
+    with pytest.raises(ContractRLError, match="unknown run labels"):
+        join_runs([tmp_path / "run"], [case_dir], tmp_path / "out", use_ray=False)
+
+
+# --- the report of a small real run -------------------------------------------------------------
+
+
+def _cli(*args: str, cwd: Path) -> dict:
+    exe = Path(sys.executable).with_name("contractrl")
+    prefix = [str(exe)] if exe.exists() else [sys.executable, "-m", "contractrl"]
+    proc = subprocess.run([*prefix, *args], cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, (args, proc.stdout[-1000:], proc.stderr[-3000:])
+    return json.loads(proc.stdout)
+
+
+def test_report_of_a_small_real_run(tmp_path: Path) -> None:
+    _cli("cases", "generate", "--seed", "4", "--n", "39", "--out", "cases", cwd=tmp_path)
+    common = ("--cases", "cases", "--workers", "0")
+    _cli("rollout", *common, "--policy", "heuristic", "--out", "runs/heuristic", cwd=tmp_path)
+    _cli("rollout", *common, "--policy", "replay", "--out", "runs/replay", cwd=tmp_path)
+    _cli(
+        "rollout",
+        *common,
+        "--policy",
+        "replay",
+        "--arm",
+        "full_regen",
+        "--mode",
+        "case_matched",
+        "--out",
+        "runs/fr",
+        cwd=tmp_path,
+    )
+    _cli("rollout", *common, "--policy", "heuristic", "--mode", "case_matched", "--out", "runs/heur-cm", cwd=tmp_path)
+    # the model's runs (the only ones with log-probabilities) use a smaller case set: CPU generation
+    _cli("cases", "generate", "--seed", "6", "--n", "13", "--out", "few", cwd=tmp_path)
+    tiny = ("--cases", "few", "--policy", "hf:tiny", "--max-new-tokens", "16", "--temperature", "0")
+    _cli("rollout", *tiny, "--workers", "0", "--out", "runs/tiny", cwd=tmp_path)
+    _cli("study", "feedback", *tiny, "--out", "runs/feedback", "--no-progress", cwd=tmp_path)
+    _cli("rollout", "--cases", "few", "--workers", "0", "--policy", "heuristic", "--out", "runs/heuristic-few", cwd=tmp_path)
+    for study in ("budget", "horizon"):
+        _cli("study", study, "--cases", "cases", "--out", f"runs/{study}", "--no-progress", cwd=tmp_path)
+    _cli("study", "noise", "--n", "16", "--out", "noise", "--no-progress", cwd=tmp_path)
+    args = ("--cases", "cases", "--cases", "few", "--out", "report", "--workers", "0", "--no-progress")
+    result = _cli("report", "runs", "noise", *args, cwd=tmp_path)  # the Ray Data join is tested in test_join
+
+    out = tmp_path / "report"
+    assert result["runs"] == 6 + 5 + 5 + 2 + 1  # 6 rollouts, 5 feedback variants, 5 budgets, horizons 1 and 3, noise
+    assert {Path(p).stem for p in result["tables"]} == set(TABLES)
+    for name in TABLES:
+        frame = pd.read_parquet(out / "tables" / f"{name}.parquet")
+        assert (out / "tables" / f"{name}.md").read_text().startswith("# ")
+        if name != "transfer":  # the transfer study trains five policies; tested on its own
+            assert len(frame) > 0, name
+            assert "case_family" in frame.columns, name  # rows never pool families
+    for name in PLOTS:
+        assert (out / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    episodes = pd.read_parquet(out / "episodes.parquet")
+    assert episodes["unsafe_dispatch"].sum() == 0
+    assert set(episodes["feedback"]) == set(FEEDBACK)
+    paired = pd.read_parquet(out / "tables" / "paired.parquet")
+    assert set(paired["system"]) == {"contractrl:tiny"} and set(paired["baseline"]) == {"contractrl:heuristic"}
+    calibration_rows = pd.read_parquet(out / "tables" / "calibration.parquet")
+    assert set(calibration_rows["system"]) == {"contractrl:tiny"}  # only the model has log-probabilities
+    index = (out / "index.html").read_text()
+    assert all(f"plots/{name}.png" in index for name in PLOTS) and "Table 36" in index
+    assert json.loads((out / "report.json").read_text())["thresholds"] == [0.5, 0.6, 0.7, 0.8, 0.9]
+    # the same inputs give the same tables (rows sorted, scoring order does not matter)
+    again = build_tables(episodes)
+    pd.testing.assert_frame_equal(again[0].frame, pd.read_parquet(out / "tables" / "same_information.parquet"))
+
+
+def test_report_refuses_a_tampered_run(tmp_path: Path) -> None:
+    _cli("cases", "generate", "--seed", "4", "--n", "13", "--out", "cases", cwd=tmp_path)
+    _cli("rollout", "--cases", "cases", "--workers", "0", "--policy", "heuristic", "--out", "runs/h", cwd=tmp_path)
+    shard = next((tmp_path / "runs/h/ledger").glob("shard-*.parquet"))
+    table = pd.read_parquet(shard)
+    table.loc[0, "generated_tokens"] = 999
+    table.to_parquet(shard, index=False)
+    exe = Path(sys.executable).with_name("contractrl")
+    proc = subprocess.run(
+        [str(exe), "report", "runs", "--cases", "cases", "--out", "rep"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "modified after it was written" in proc.stderr
+    assert not (tmp_path / "rep" / "episodes.parquet").exists()
+
+
+def test_report_cli_errors(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("contractrl")
+    proc = subprocess.run([str(exe), "report", str(tmp_path), "--out", str(tmp_path / "r")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no rollout runs" in proc.stderr
+    proc = subprocess.run([str(exe), "report", "x", "--out", "r", "--thresholds", "0.5,2"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "thresholds" in proc.stderr
+
+
+def test_transfer_trains_on_the_other_families_and_evaluates_on_the_held_out_one(tmp_path: Path) -> None:
+    from contractrl.analysis.studies import transfer_study
+    from contractrl.configtree import load_config
+    from contractrl.trainer.config import TrainConfig
+
+    overrides = [
+        "data.train_cases=12",
+        "data.eval_cases=0",
+        "stages=[sft]",
+        "sft.steps=2",
+        "sft.batch_size=4",
+        "eval.enabled=false",
+        "eval.max_new_tokens=12",
+        "resources.ray=false",
+        "resources.num_workers=0",
+        "deepspeed.enabled=false",
+        "wandb.mode=disabled",
+        f"model.cache_dir={tmp_path / 'models'}",
+    ]
+    config = load_config(TrainConfig, None, overrides)
+    runs = transfer_study(config, tmp_path / "transfer", families=("file", "calendar"), heldout_cases=4, progress=False)
+    assert [r.parent.name for r in runs] == ["transfer-file", "transfer-calendar"]
+    frame = read_episodes(join_runs(runs, [r.parent / "cases" / "heldout" for r in runs], tmp_path / "joined", use_ray=False))
+    assert set(zip(frame["heldout_tool_family"], frame["train_tool_families"], strict=True)) == {
+        ("file", "calendar"),
+        ("calendar", "file"),
+    }
+    assert (frame["tool_family"] == frame["heldout_tool_family"]).all()  # evaluated only on the held-out family
+    train_manifest = json.loads(
+        (tmp_path / "transfer" / "transfer-file" / "train" / "cases" / "train" / "manifest.json").read_text()
+    )
+    assert train_manifest["tool_family_counts"].keys() == {"calendar"}
+    table = TABLES["transfer"](with_system(frame)).frame
+    assert set(table["heldout_tool_family"]) == {"file", "calendar"}
+    assert transfer_study(config, tmp_path / "transfer", families=("file", "calendar"), heldout_cases=4, progress=False) == runs

@@ -1,0 +1,76 @@
+"""The main job end to end: `contractrl run --quick`, as the README shows it. The slowest test."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from contractrl.analysis.plots import PLOTS
+from contractrl.analysis.report import discover
+from contractrl.analysis.tables import TABLES
+from contractrl.configtree import to_dict
+from contractrl.errors import ConfigError
+from contractrl.pipeline import load_run_config
+from contractrl.rollout.ledger import read_ledger
+from contractrl.rollout.prompts import ARMS
+
+from .conftest import REPO_ROOT
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("contractrl")
+    prefix = [str(exe)] if exe.exists() else [sys.executable, "-m", "contractrl"]
+    return subprocess.run([*prefix, "run", "--quick", "--out", str(out), "--no-progress", *extra], capture_output=True, text=True)
+
+
+def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
+    assert "contractrl run --quick --out runs/quick" in (REPO_ROOT / "README.md").read_text()
+    out = tmp_path / "quick"
+    proc = _run(out)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    assert "Unsafe dispatches: 0." in proc.stdout and f"Report: {out}/report/index.html" in proc.stdout
+
+    episodes = pd.read_parquet(out / "report" / "episodes.parquet")
+    assert set(episodes["arm"]) == set(ARMS)  # full regeneration, constrained, Patch-SFT, ContractRL
+    assert {"heuristic", "replay"} <= set(episodes["policy"])
+    assert (episodes["mode"] == "same_information").all()
+    assert episodes.groupby(["arm", "policy"])["case_id"].nunique().eq(16).all()  # the same held-out cases
+    assert episodes["unsafe_dispatch"].sum() == 0
+    # the summary table has a row per system
+    for system in ("contractrl:tiny-h64-l2@grpo", "patch_sft:tiny-h64-l2@sft", "full_regen:tiny-h64-l2@sft"):
+        assert re.search(rf"^{re.escape(system)}\s+16\s", proc.stdout, flags=re.MULTILINE), proc.stdout
+    # every ledger verifies: held-out runs and the GRPO training batches
+    runs, _ = discover(out)
+    assert len(runs) == 6
+    batches = sorted((out / "train" / "rollouts").iterdir())
+    assert len(batches) == 2
+    digests = {}
+    for run in [*runs, *batches]:
+        read_ledger(run, require_frozen=True)
+        digests[run] = json.loads((run / "manifest.json").read_text())["ledger_sha256"]
+    for name in TABLES:
+        assert (out / "report" / "tables" / f"{name}.parquet").is_file()
+    assert all((out / "report" / "plots" / f"{name}.png").is_file() for name in PLOTS)
+    assert len(pd.read_parquet(out / "report" / "tables" / "paired.parquet")) > 0
+
+    # run again: every finished step is kept (same digests), the report is rebuilt
+    again = _run(out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {run: json.loads((run / "manifest.json").read_text())["ledger_sha256"] for run in digests} == digests
+
+
+def test_run_config_overrides_and_errors(tmp_path: Path) -> None:
+    config = load_run_config(quick=True, out=str(tmp_path / "x"), overrides=["train.sft.steps=5", "whole_object.enabled=false"])
+    assert (config.train.sft.steps, config.whole_object.enabled) == (5, False)
+    assert config.train.out == str(tmp_path / "x" / "train") and config.train.resume
+    assert to_dict(load_run_config())["train"]["sft"]["arm"] == "patch_sft"
+    with pytest.raises(ConfigError, match="whole_objct"):
+        load_run_config(overrides=["whole_objct.enabled=false"])
+    with pytest.raises(ConfigError, match="sft_steps"):
+        load_run_config(overrides=["whole_object.sft_steps=0"])

@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 
 from ..errors import ContractRLError
 from ..rollout.ledger import LEDGER_DIR, MANIFEST, read_ledger
-from ..tasks.cases import Case
 from ..tasks.offline import read_cases
 from .judge import Judge
 from .metrics import SCORED_SCHEMA, episode_metrics
@@ -97,22 +96,29 @@ def verify_runs(run_dirs: Sequence[str | Path], progress: bool = False) -> list[
 
 
 class EpisodeScorer:
-    """Scores batches of ledger rows (a Ray Data callable class: built once per worker)."""
+    """Scores batches of ledger rows (a Ray Data callable class: built once per worker).
 
-    def __init__(self, case_dirs: Sequence[str], runs: dict[str, VerifiedRun]) -> None:
-        cases: list[Case] = [case for case_dir in case_dirs for case in read_cases(case_dir)]
-        self.judge = Judge(cases)
-        self.runs = runs  # by shard path
+    Runs come in groups, each with its own case sets and its own judge, so two groups whose case
+    ids collide (two training runs with the same seed, say) never score each other's episodes."""
+
+    def __init__(self, case_dirs: Sequence[Sequence[str]], runs: dict[str, tuple[int, VerifiedRun]]) -> None:
+        self.case_dirs = [list(group) for group in case_dirs]
+        self.judges: dict[int, Judge] = {}
+        self.runs = runs  # by shard path: (group, run)
+
+    def _judge(self, group: int) -> Judge:
+        if group not in self.judges:
+            self.judges[group] = Judge(case for case_dir in self.case_dirs[group] for case in read_cases(case_dir))
+        return self.judges[group]
 
     def __call__(self, batch: pd.DataFrame) -> pa.Table:
         scored = []
         for row in batch.to_dict("records"):
-            run = self.runs[str(row["path"])]
-            verdict = self.judge.verdict(row, strict=False)
+            group, run = self.runs[str(row["path"])]
+            judge = self._judge(group)
+            verdict = judge.verdict(row, strict=False)
             case_id = row["case_id"]
-            record = episode_metrics(
-                row, self.judge.public(case_id), self.judge.offline(case_id), verdict.success, verdict.unsafe
-            )
+            record = episode_metrics(row, judge.public(case_id), judge.offline(case_id), verdict.success, verdict.unsafe)
             trajectory, step = run.steps.get(case_id, (None, None))
             record.update(run.labels, trajectory=trajectory, step=step, run=run.run_dir, row_hash=row["row_hash"])
             scored.append(record)
@@ -129,16 +135,31 @@ def join_runs(
     progress: bool = False,
 ) -> Path:
     """Write the parquet dataset ``out_dir/episodes/``: one scored row per episode of every run."""
-    runs = verify_runs(run_dirs, progress)
-    by_shard = {shard: run for run in runs for shard in run.shards}
-    cases = [str(Path(c).resolve()) for c in case_dirs]
+    return join_groups([(run_dirs, case_dirs)], out_dir, use_ray=use_ray, workers=workers, progress=progress)
+
+
+def join_groups(
+    groups: Sequence[tuple[Sequence[str | Path], Sequence[str | Path]]],
+    out_dir: str | Path,
+    *,
+    use_ray: bool = True,
+    workers: int = 1,
+    progress: bool = False,
+) -> Path:
+    """:func:`join_runs` over several (runs, case sets) groups in one pass; each group's runs are
+    scored against its own case sets only."""
+    by_shard: dict[str, tuple[int, VerifiedRun]] = {}
+    for index, (run_dirs, _) in enumerate(groups):
+        for run in verify_runs(run_dirs, progress):
+            by_shard.update({shard: (index, run) for shard in run.shards})
+    case_dirs = [[str(Path(c).resolve()) for c in cases] for _, cases in groups]
     out = Path(out_dir) / EPISODES
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     if use_ray and by_shard:
-        _score_with_ray(by_shard, cases, out, workers)
+        _score_with_ray(by_shard, case_dirs, out, workers, progress)
     else:
-        scorer = EpisodeScorer(cases, by_shard)
+        scorer = EpisodeScorer(case_dirs, by_shard)
         tables = [scorer(pd.read_parquet(shard).assign(path=shard)) for shard in by_shard]
         pq.write_table(pa.concat_tables(tables) if tables else EPISODE_SCHEMA.empty_table(), out / "part-0.parquet")
     return out
@@ -153,18 +174,23 @@ def read_episodes(path: str | Path) -> pd.DataFrame:
     return frame.sort_values(["run", "episode_id"], kind="stable").reset_index(drop=True)
 
 
-def _score_with_ray(by_shard: dict[str, VerifiedRun], case_dirs: list[str], out: Path, workers: int) -> None:
+def _score_with_ray(
+    by_shard: dict[str, tuple[int, VerifiedRun]], case_dirs: list[list[str]], out: Path, workers: int, progress: bool
+) -> None:
     import ray.data
 
     from ..rollout.pool import ensure_ray
 
     ensure_ray()
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = progress  # without a terminal Ray Data logs progress every 10 s instead
+    context.print_on_execution_start = progress
     dataset: Any = ray.data.read_parquet(list(by_shard), include_paths=True)
     scored = dataset.map_batches(
         EpisodeScorer,
         fn_constructor_args=(case_dirs, by_shard),
         batch_format="pandas",
-        concurrency=workers,
+        compute=ray.data.ActorPoolStrategy(size=workers),
     )
     scored.write_parquet(str(out))
 

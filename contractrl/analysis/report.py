@@ -3,7 +3,7 @@
 Each RUN_DIR argument is a *root*: a single rollout run, a training output directory (its held-out
 ``eval/after-*`` runs; the per-step GRPO batches under ``rollouts/`` are training data, not
 results, and are skipped) or a directory of study runs. Case sets found under a root (and any
-``--cases`` given) are the targets its runs are joined to; roots are joined separately, so two
+``--cases`` given) are the targets its runs are joined to; each root has its own judge, so two
 training runs whose case ids collide cannot score each other's episodes.
 
 The calibration thresholds are written to ``report.json`` before anything is scored.
@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..errors import ContractRLError
 from ..rollout.ledger import LEDGER_DIR, MANIFEST
-from .join import join_runs, read_episodes
+from .join import join_groups, read_episodes
 from .plots import write_plots
 from .tables import DEFAULT_THRESHOLDS, Table, build_tables, p95, with_system
 
@@ -103,11 +103,9 @@ def build_report(
 
     joined = out_dir / "joined"
     shutil.rmtree(joined, ignore_errors=True)
-    frames = []
-    for index, (_, runs, case_dirs) in enumerate(found):
-        dataset = join_runs(runs, case_dirs, joined / str(index), use_ray=use_ray, workers=workers, progress=progress)
-        frames.append(read_episodes(dataset))
-    episodes = pd.concat(frames, ignore_index=True)
+    groups = [(runs, case_dirs) for _, runs, case_dirs in found]
+    dataset = join_groups(groups, joined, use_ray=use_ray, workers=workers, progress=progress)
+    episodes = read_episodes(dataset)
     episodes.to_parquet(out_dir / EPISODES_FILE, index=False)
 
     tables = build_tables(episodes, thresholds)

@@ -9,7 +9,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -162,13 +162,15 @@ def cmd_screen(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REJECTED
 
 
-def _build_policy(args: argparse.Namespace) -> Any:
+def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
+    """feedback variant -> policy. Scripted policies read no prompt, so the variant does not change them."""
     spec, cases_dir, arm = args.policy, args.cases, args.arm
     from .rollout.policies import ABSTAIN, HeuristicPolicy, ReplayPolicy
     from .rollout.prompts import WHOLE_OBJECT_ARMS
 
     if spec == "heuristic":
-        return HeuristicPolicy()
+        heuristic = HeuristicPolicy()
+        return lambda feedback: heuristic
     if spec == "replay":
         # the mechanism check replays the precomputed answers: read here, never inside rollout code
         from .tasks.offline import read_offline
@@ -178,7 +180,8 @@ def _build_policy(args: argparse.Namespace) -> Any:
                 return ABSTAIN
             return json.dumps(off.target if arm in WHOLE_OBJECT_ARMS else off.target_patch)
 
-        return ReplayPolicy({case_id: [answer(off)] for case_id, off in read_offline(cases_dir).items()})
+        replay = ReplayPolicy({case_id: [answer(off)] for case_id, off in read_offline(cases_dir).items()})
+        return lambda feedback: replay
     if spec.startswith("hf:"):
         from .rollout.hf_policy import HFPolicy, SamplingConfig
         from .trainer.presets import load_model
@@ -196,12 +199,6 @@ def _build_policy(args: argparse.Namespace) -> Any:
 def _policy(args: argparse.Namespace) -> Any:
     """The policy of a rollout (with the --feedback variant, for hf policies)."""
     return _policy_factory(args)(args.feedback)
-
-
-def _policy_factory(args: argparse.Namespace) -> Any:
-    """feedback variant -> policy. Scripted policies read no prompt, so the variant does not change them."""
-    built = _build_policy(args)
-    return built if callable(built) and not hasattr(built, "generate") else (lambda feedback: built)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -279,7 +276,13 @@ def cmd_study(args: argparse.Namespace) -> int:
         factory = _policy_factory(args)
         pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
     setup = studies.StudySetup(
-        factory, pool, arm=args.arm, seed=args.seed, model=args.policy, stage=args.stage, progress=not args.no_progress
+        factory,
+        pool,
+        arm=args.arm,
+        seed=args.seed,
+        model=args.policy.removeprefix("hf:") if args.policy.startswith("hf:") else "",  # scripted policies have no model
+        stage=args.stage,
+        progress=not args.no_progress,
     )
     driver = {"feedback": studies.feedback_study, "noise": studies.noise_study, "budget": studies.budget_study}
     with _library_output_to_stderr():

@@ -136,8 +136,27 @@ def _train_config(config: RunConfig, name: str, extra: dict[str, Any]) -> TrainC
     return from_dict(TrainConfig, merge(base, {"out": str(Path(config.out) / name), "resume": True, **extra}))
 
 
+def _finished(config: TrainConfig) -> bool:
+    """Whether ``config.out`` holds a training run that finished under this very config."""
+    from .rollout.ledger import MANIFEST
+    from .trainer.entry import absolute, run_identity
+    from .validators.jsonvalue import sha256_json
+
+    path = Path(absolute(config).out) / MANIFEST
+    if not path.is_file():
+        return False
+    manifest = json.loads(path.read_text())
+    return manifest.get("status") == "finished" and manifest.get("config_sha256") == sha256_json(run_identity(absolute(config)))
+
+
 def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.stderr) -> PipelineResult:
     from .trainer.entry import train
+
+    def train_once(train_config: TrainConfig) -> None:
+        if _finished(train_config):
+            say(f"   {train_config.out} finished earlier with this config: kept")
+        else:
+            train(train_config, progress=progress)
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +167,7 @@ def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.
 
     sft, grpo = config.train.sft.steps, config.train.grpo.steps
     say(f"1/4 training ContractRL: SFT ({sft} steps), then GRPO ({grpo} steps) -> {out / 'train'}")
-    train(_train_config(config, "train", {}), progress=progress)
+    train_once(_train_config(config, "train", {}))
     eval_cases = out / "train" / "cases" / "eval"
 
     whole_dir = None
@@ -160,7 +179,7 @@ def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.
             "sft": {"steps": whole.sft_steps, "arm": "full_regen"},
             "eval": {"max_new_tokens": whole.max_new_tokens},
         }
-        train(_train_config(config, "whole-object", extra), progress=progress)
+        train_once(_train_config(config, "whole-object", extra))
         whole_dir = out / "whole-object" / "stages" / "sft"
 
     say("3/4 evaluating constrained decoding and the references on the held-out cases")

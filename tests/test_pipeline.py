@@ -59,9 +59,10 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     assert all((out / "report" / "plots" / f"{name}.png").is_file() for name in PLOTS)
     assert len(pd.read_parquet(out / "report" / "tables" / "paired.parquet")) > 0
 
-    # run again: every finished step is kept (same digests), the report is rebuilt
-    again = _run(out)
+    # run again: every finished step is kept (same digests), the report is rebuilt (in process this time)
+    again = _run(out, "report.workers=0")
     assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("finished earlier with this config: kept") == 2
     assert {run: json.loads((run / "manifest.json").read_text())["ledger_sha256"] for run in digests} == digests
 
 

@@ -537,17 +537,9 @@ def role_trl(spec: dict[str, Any]) -> dict[str, Any]:
     )
     peft_config = None
     if spec["lora"]:
-        from peft import LoraConfig
+        from contractrl.trainer.learner import peft_lora_config
 
-        lora = _config(spec, out, []).model.lora
-        peft_config = LoraConfig(
-            r=lora.r,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules),
-            task_type="CAUSAL_LM",
-            bias="none",
-        )
+        peft_config = peft_lora_config(_config(spec, out, []).model.lora)
     reward = _Episodes(spec, cases, Judge(cases), tokenizer, out)
     clock = StepClock(sampler)
 

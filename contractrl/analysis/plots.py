@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .tables import Table
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -39,6 +40,13 @@ def _legend(ax: Axes) -> None:
     handles, _ = ax.get_legend_handles_labels()
     if handles:
         ax.legend(fontsize=7, loc="best", ncol=1 if len(handles) < 8 else 2)
+
+
+def _family_lines(ax: Axes, frame: pd.DataFrame, order: str, x: str, y: str) -> None:
+    """One line per (system, case family): families are never averaged into one curve."""
+    for (system, family), rows in frame.groupby(["system", "case_family"]):
+        rows = rows.sort_values(order)
+        ax.plot(rows[x], rows[y], marker=".", linewidth=0.8, alpha=0.8, label=f"{system} / {family}")
 
 
 def success_vs_tokens(tables: dict[str, Table], ax: Axes) -> None:
@@ -71,9 +79,7 @@ def coverage_risk(tables: dict[str, Table], ax: Axes) -> None:
     frame = tables["calibration"].frame
     if frame.empty:
         return _empty(ax, "no episodes with log-probabilities")
-    for (system, family), rows in frame.groupby(["system", "case_family"]):
-        rows = rows.sort_values("threshold")
-        ax.plot(rows["coverage"], rows["risk"], marker=".", linewidth=0.8, alpha=0.7, label=f"{system} / {family}")
+    _family_lines(ax, frame, "threshold", "coverage", "risk")
     ax.set_xlabel("coverage")
     ax.set_ylabel("semantic risk on the covered subset")
     _legend(ax)
@@ -97,9 +103,7 @@ def horizon_decay(tables: dict[str, Table], ax: Axes) -> None:
     frame = tables["horizon"].frame
     if frame.empty:
         return _empty(ax, "no long-horizon runs")
-    for (system, family), rows in frame.groupby(["system", "case_family"]):
-        rows = rows.sort_values("horizon")
-        ax.plot(rows["horizon"], rows["semantic_success"], marker="o", linewidth=0.8, label=f"{system} / {family}")
+    _family_lines(ax, frame, "horizon", "horizon", "semantic_success")
     ax.set_xlabel("trajectory length (steps)")
     ax.set_ylabel("trajectory semantic success")
     _legend(ax)

@@ -115,17 +115,9 @@ class Learner:
             for param in base.parameters():
                 param.requires_grad_(True)
             return base
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        peft_config = LoraConfig(
-            r=lora.r,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules),
-            task_type="CAUSAL_LM",
-            bias="none",
-        )
-        return get_peft_model(base, peft_config)
+        return get_peft_model(base, peft_lora_config(lora))
 
     def start_stage(self, stage: str, total_steps: int) -> None:
         """A fresh optimizer and schedule for ``stage`` (SFT and GRPO have their own)."""
@@ -317,4 +309,19 @@ class Learner:
         return str(out)
 
 
-__all__ = ["Learner", "free_port", "node_address"]
+def peft_lora_config(lora: Any) -> Any:
+    """The peft ``LoraConfig`` of the config tree's ``model.lora`` (one definition, shared with the
+    TRL benchmark so both sides train the same adapter)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+        bias="none",
+    )
+
+
+__all__ = ["Learner", "free_port", "node_address", "peft_lora_config"]

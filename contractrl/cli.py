@@ -284,12 +284,18 @@ def cmd_study(args: argparse.Namespace) -> int:
         stage=args.stage,
         progress=not args.no_progress,
     )
-    driver = {"feedback": studies.feedback_study, "noise": studies.noise_study, "budget": studies.budget_study}
-    with _library_output_to_stderr():
-        if args.study == "horizon":
-            runs = studies.horizon_study(setup, cases, args.out)
-        else:
-            runs = driver[args.study](setup, cases, args.out)
+    driver = {
+        "feedback": studies.feedback_study,
+        "noise": studies.noise_study,
+        "budget": studies.budget_study,
+        "horizon": studies.horizon_study,
+    }[args.study]
+    try:
+        with _library_output_to_stderr():
+            runs = driver(setup, cases, args.out)
+    finally:
+        if isinstance(pool, RayPool):
+            pool.shutdown()
     _emit({"study": args.study, "runs": [str(r) for r in runs], "cases": args.cases})
     return EXIT_OK
 

@@ -136,24 +136,11 @@ def _train_config(config: RunConfig, name: str, extra: dict[str, Any]) -> TrainC
     return from_dict(TrainConfig, merge(base, {"out": str(Path(config.out) / name), "resume": True, **extra}))
 
 
-def _finished(config: TrainConfig) -> bool:
-    """Whether ``config.out`` holds a training run that finished under this very config."""
-    from .rollout.ledger import MANIFEST
-    from .trainer.entry import absolute, run_identity
-    from .validators.jsonvalue import sha256_json
-
-    path = Path(absolute(config).out) / MANIFEST
-    if not path.is_file():
-        return False
-    manifest = json.loads(path.read_text())
-    return manifest.get("status") == "finished" and manifest.get("config_sha256") == sha256_json(run_identity(absolute(config)))
-
-
 def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.stderr) -> PipelineResult:
-    from .trainer.entry import train
+    from .trainer.entry import finished_run, train
 
     def train_once(train_config: TrainConfig) -> None:
-        if _finished(train_config):
+        if finished_run(train_config) is not None:
             say(f"   {train_config.out} finished earlier with this config: kept")
         else:
             train(train_config, progress=progress)

@@ -319,7 +319,7 @@ def test_report_of_a_small_real_run(tmp_path: Path) -> None:
     )
     _cli("rollout", *common, "--policy", "heuristic", "--mode", "case_matched", "--out", "runs/heur-cm", cwd=tmp_path)
     # the model's runs (the only ones with log-probabilities) use a smaller case set: CPU generation
-    _cli("cases", "generate", "--seed", "6", "--n", "13", "--out", "few", cwd=tmp_path)
+    _cli("cases", "generate", "--seed", "6", "--n", "8", "--out", "few", cwd=tmp_path)
     tiny = ("--cases", "few", "--policy", "hf:tiny", "--max-new-tokens", "16", "--temperature", "0")
     _cli("rollout", *tiny, "--workers", "0", "--out", "runs/tiny", cwd=tmp_path)
     _cli("study", "feedback", *tiny, "--out", "runs/feedback", "--no-progress", cwd=tmp_path)

@@ -130,6 +130,9 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, mode
     assert a == b
     assert straight.rollout_digest == resumed.rollout_digest
     assert straight.evals == resumed.evals
+    # resuming a finished run returns its result without training or evaluating again
+    again = train(_config(tmp_path / "b", model_cache, *common, "resume=true"), progress=False)
+    assert (again.global_step, again.rollout_digest, again.evals) == (resumed.global_step, resumed.rollout_digest, resumed.evals)
     with pytest.raises(ConfigError, match=r"config differs in grpo\.steps"):
         train(_config(tmp_path / "b", model_cache, *common, "resume=true", "grpo.steps=4"))
 

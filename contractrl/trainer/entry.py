@@ -43,6 +43,25 @@ _PACKAGES_EXTRA = ("torch", "transformers", "peft", "deepspeed", "wandb")
 _RESUMABLE = ("out", "resume")
 
 
+def finished_run(config: TrainConfig) -> TrainResult | None:
+    """The result of a run in ``config.out`` that finished under this very config, else None."""
+    config = absolute(config)
+    path = Path(config.out) / MANIFEST
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    if manifest.get("status") != "finished" or manifest.get("config_sha256") != sha256_json(run_identity(config)):
+        return None
+    return TrainResult(
+        str(config.out),
+        manifest["global_step"],
+        manifest["rollout_digest"],
+        manifest["evals"],
+        manifest["model_dir"],
+        manifest.get("wandb_dir"),
+    )
+
+
 def run_identity(config: TrainConfig) -> dict[str, Any]:
     """The config without the keys a resumption may change; its hash pins a run directory."""
     data = to_dict(config)
@@ -155,6 +174,9 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     config = absolute(config)
     out = Path(config.out)
     _start_manifest(config, out)
+    done = finished_run(config)
+    if done is not None:  # resumed after the last stage: nothing left to do
+        return done
     train_cases, eval_cases = prepare_cases(config.data, out)
     tiny = TinyConfig(hidden_size=config.model.hidden_size, num_hidden_layers=config.model.layers, seed=config.seed)
     tokenizer = load_tokenizer(model_path(config.model.name, cache_dir=config.model.cache_dir, tiny=tiny))
@@ -185,4 +207,4 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     return result
 
 
-__all__ = ["absolute", "prepare_cases", "run_identity", "train"]
+__all__ = ["absolute", "finished_run", "prepare_cases", "run_identity", "train"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .analysis.report import Report, build_report, summary
+from .analysis.report import Report, build_report
 from .analysis.studies import StudySetup, evaluate
 from .analysis.tables import DEFAULT_THRESHOLDS
 from .configtree import check, from_dict, merge, nest, parse_overrides, to_dict
@@ -181,10 +181,7 @@ def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.
         workers=max(1, config.report.workers),
         progress=progress,
     )
-    import pandas as pd
-
-    rows = summary(pd.read_parquet(report.out / "episodes.parquet")).to_dict("records")
-    return PipelineResult(out, report, rows)
+    return PipelineResult(out, report, list(report.summary))
 
 
 def _evaluate_others(config: RunConfig, eval_cases: Path, whole_dir: Path | None, out: Path, progress: bool) -> None:
@@ -220,15 +217,12 @@ def _evaluate_others(config: RunConfig, eval_cases: Path, whole_dir: Path | None
 
 
 def _replay_policy(case_dir: Path) -> Any:
-    """Oracle replay: the precomputed patches (the mechanism check, given targets by design)."""
-    from .rollout.policies import ABSTAIN, ReplayPolicy
-    from .tasks.offline import read_offline
+    """Oracle replay: the gold answers (the mechanism check, given targets by design)."""
+    from .rollout.policies import ReplayPolicy
+    from .tasks.demonstrations import gold_answer
+    from .tasks.offline import read_cases
 
-    answers = {
-        case_id: [ABSTAIN if off.should_abstain else json.dumps(off.target_patch)]
-        for case_id, off in read_offline(case_dir).items()
-    }
-    return ReplayPolicy(answers)
+    return ReplayPolicy({case.public.case_id: [gold_answer(case, "contractrl")] for case in read_cases(case_dir)})
 
 
 def format_summary(rows: list[dict[str, Any]]) -> str:

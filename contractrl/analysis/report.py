@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -39,6 +40,7 @@ class Report:
     tables: tuple[Path, ...]
     plots: tuple[Path, ...]
     index: Path
+    summary: tuple[dict[str, Any], ...]  # the overview: one row per system
 
 
 def _kind(directory: Path) -> str | None:
@@ -118,9 +120,11 @@ def build_report(
         (table_dir / f"{table.name}.md").write_text(table.to_markdown())
         table_paths.append(table_dir / f"{table.name}.parquet")
     plots = write_plots(tables, out_dir / "plots")
-    index = _write_index(out_dir, episodes, tables, plots, settings)
+    overview = summary(episodes)
+    index = _write_index(out_dir, episodes, overview, tables, plots, settings)
     run_names = tuple(str(r) for _, runs, _ in found for r in runs)
-    return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(plots), index)
+    rows = tuple(overview.to_dict("records"))
+    return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(plots), index, rows)
 
 
 def summary(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -145,7 +149,9 @@ def summary(episodes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _write_index(out_dir: Path, episodes: pd.DataFrame, tables: list[Table], plots: list[Path], settings: dict) -> Path:
+def _write_index(
+    out_dir: Path, episodes: pd.DataFrame, overview: pd.DataFrame, tables: list[Table], plots: list[Path], settings: dict
+) -> Path:
     esc = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>ContractRL report</title>",
@@ -158,9 +164,7 @@ def _write_index(out_dir: Path, episodes: pd.DataFrame, tables: list[Table], plo
         f"{esc(', '.join(f'{t:.2f}' for t in settings['thresholds']))}. "
         f"Unsafe dispatches: {int(episodes['unsafe_dispatch'].sum()) if len(episodes) else 0}.</p>",
         "<h2>Overview</h2>",
-        summary(episodes).to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0)
-        if len(episodes)
-        else "<p>No episodes.</p>",
+        overview.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0) if len(episodes) else "<p>No episodes.</p>",
         "<h2>Figures</h2>",
     ]
     parts += [

@@ -1,96 +1,202 @@
-"""Evidence that the trainer learns: the tiny preset, SFT then GRPO, held-out semantic success.
+"""Evidence that a repair policy learns, and the paper's central comparison, on the main job.
 
-Trains ``tune_configs/tiny.yaml`` (plus the overrides below and any given on the command line),
-then scores the two held-out ledgers the run froze (after SFT, after GRPO) with the judge and
-compares them case by case: semantic success per corruption family after each stage, and the
-paired difference (GRPO - SFT) with a bootstrap interval over case ids and McNemar's exact test.
+Runs ``contractrl run`` (the embedded default: SmolLM2-135M-Instruct with LoRA on a DeepSpeed
+engine, the built-in catalog, local Ray) at the benchmark's sizes below, then reads the report's
+scored held-out episodes and gives, with denominators:
+
+* semantic success per corruption family and pooled, after SFT (the Patch-SFT arm) and after GRPO
+  (the ContractRL arm), and on the single-field families alone;
+* the paired difference GRPO - SFT over the same held-out cases: bootstrap 95% interval over case
+  ids and McNemar's exact p, plus the paired change in retries, masked attempts and tokens;
+* the central comparison on the same cases, budgets and validator: ContractRL against full
+  regeneration and constrained decoding (the same base model, each trained by the pipeline) and
+  the schema-guided heuristic: semantic success, schema validity, collateral edits, generated
+  tokens per episode and end-to-end episode latency (generation + validation).
 
     python benchmarks/bench_learning.py --out runs/bench_learning [key=value ...] [--json]
+        [--save benchmarks/results/learning-smollm2.json]
 
-By default it trains and evaluates on the single-field corruption families, the issue's target.
-Pass ``data.families=[...]`` to change that. Record the output in benchmarks/RESULTS.md.
+``key=value`` are overrides of the run config (``contractrl run --print-config`` lists them), e.g.
+``train.model.name=tiny``. An interrupted benchmark resumes where it stopped, like ``contractrl run``.
+Record the output in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
-from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from contractrl.analysis.judge import Judge
+import pandas as pd
+
 from contractrl.analysis.stats import mcnemar_exact, paired_bootstrap
-from contractrl.configtree import load_config, to_dict
-from contractrl.trainer.config import TrainConfig
-from contractrl.trainer.entry import train
+from contractrl.analysis.tables import p95
+from contractrl.configtree import to_dict
+from contractrl.pipeline import load_run_config, run_pipeline
 
-ROOT = Path(__file__).resolve().parents[1]
-SINGLE_FIELD = ["missing_required", "wrong_type", "constraint_violation", "nested_field", "array_element"]
-DEFAULTS = [f"data.families=[{','.join(SINGLE_FIELD)}]", "data.eval_cases=100", "wandb.mode=disabled"]
+SINGLE_FIELD = ("missing_required", "wrong_type", "constraint_violation", "nested_field", "array_element")
+# sized to finish in about an hour on a 2-core CPU (every family, 10 held-out cases each)
+DEFAULTS = (
+    "train.data.train_cases=520",
+    "train.data.eval_cases=130",
+    "train.sft.steps=150",
+    "train.grpo.steps=16",
+    "whole_object.sft_steps=120",
+    "train.wandb.mode=disabled",
+)
 
 
-def successes(judge: Judge, run_dir: Path) -> dict[str, tuple[str, bool]]:
-    """case_id -> (family, semantic success) for a frozen held-out ledger."""
-    return {row["case_id"]: (row["case_family"], verdict.success) for row, verdict in judge.score_run(run_dir)}
+def _systems(episodes: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The benchmark's systems by role, each one episode per held-out case."""
+    learned = episodes[~episodes["policy"].isin(["heuristic", "replay"])]
+    roles = {
+        "patch_sft": learned[(learned["arm"] == "patch_sft") & (learned["stage"] == "sft")],
+        "contractrl": learned[(learned["arm"] == "contractrl") & (learned["stage"] == "grpo")],
+        "full_regen": learned[learned["arm"] == "full_regen"],
+        "constrained": learned[learned["arm"] == "constrained"],
+        "heuristic": episodes[episodes["policy"] == "heuristic"],
+        "replay": episodes[episodes["policy"] == "replay"],
+    }
+    return {name: frame.set_index("case_id").sort_index() for name, frame in roles.items() if len(frame)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def success_by_family(frame: pd.DataFrame) -> dict[str, Any]:
+    """{family: {success, n}} plus ``pooled`` and ``single_field`` (each with its own n)."""
+    out: dict[str, Any] = {
+        family: {"success": float(group["semantic_success"].mean()), "n": len(group)}
+        for family, group in frame.groupby("case_family", sort=True)
+    }
+    single = frame[frame["case_family"].isin(SINGLE_FIELD)]
+    out["single_field"] = {"success": float(single["semantic_success"].mean()), "n": len(single)}
+    out["pooled"] = {"success": float(frame["semantic_success"].mean()), "n": len(frame)}
+    return out
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame, column: str = "semantic_success", seed: int = 0) -> dict[str, Any]:
+    """b - a over the cases both ran: mean difference, bootstrap 95% CI, McNemar p for binary columns."""
+    common = a.index.intersection(b.index)
+    x = a.loc[common, column].astype(float).to_numpy()
+    y = b.loc[common, column].astype(float).to_numpy()
+    diff = paired_bootstrap(x, y, seed=seed)
+    out = {"n": diff.n, "a": diff.mean_a, "b": diff.mean_b, "diff": diff.difference, "ci_low": diff.low, "ci_high": diff.high}
+    if a[column].dtype == bool:
+        out["mcnemar_p"] = mcnemar_exact(x.astype(bool).tolist(), y.astype(bool).tolist())
+    return out
+
+
+def arm_summary(frame: pd.DataFrame) -> dict[str, Any]:
+    return {
+        "episodes": len(frame),
+        "semantic_success": float(frame["semantic_success"].mean()),
+        "schema_valid": float(frame["schema_valid"].mean()),
+        "collateral": float(frame["collateral"].mean()),
+        "generated_tokens": float(frame["generated_tokens"].mean()),
+        "retries": float(frame["retries"].mean()),
+        "masked_attempts": float(frame["masked_attempts"].mean()),
+        "latency_mean_s": float(frame["latency_s"].mean()),
+        "latency_p95_s": p95(frame["latency_s"]),
+        "unsafe_dispatch": int(frame["unsafe_dispatch"].sum()),
+    }
+
+
+def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
+    systems = _systems(episodes)
+    out: dict[str, Any] = {"families": sorted(episodes["case_family"].unique())}
+    if "patch_sft" in systems:
+        out["after_sft"] = success_by_family(systems["patch_sft"])
+    if "contractrl" in systems:
+        out["after_grpo"] = success_by_family(systems["contractrl"])
+    if {"patch_sft", "contractrl"} <= set(systems):
+        sft, grpo = systems["patch_sft"], systems["contractrl"]
+        single = sft[sft["case_family"].isin(SINGLE_FIELD)]
+        out["paired"] = {
+            "grpo_minus_sft": paired(sft, grpo, seed=seed),
+            "grpo_minus_sft_single_field": paired(single, grpo.loc[single.index], seed=seed),
+            **{f"grpo_minus_sft_{c}": paired(sft, grpo, c, seed) for c in ("retries", "masked_attempts", "generated_tokens")},
+        }
+    out["arms"] = {name: arm_summary(frame) for name, frame in systems.items()}
+    if "contractrl" in systems:
+        subject = systems["contractrl"]
+        out["central"] = {
+            other: {
+                "semantic_success": paired(systems[other], subject, seed=seed),
+                "collateral": paired(systems[other], subject, "collateral", seed),
+                "generated_tokens_ratio": _ratio(subject["generated_tokens"], systems[other]["generated_tokens"]),
+            }
+            for other in ("full_regen", "constrained", "heuristic")
+            if other in systems
+        }
+    return out
+
+
+def _ratio(a: pd.Series, b: pd.Series) -> float:
+    return float(a.mean() / b.mean()) if b.mean() else float("nan")
+
+
+def _fmt(row: dict[str, Any]) -> str:
+    return f"{row['success']:.3f} (n={row['n']})"
+
+
+def print_report(result: dict[str, Any]) -> None:
+    print(f"model {result['model']}, {result['cases']['eval']} held-out cases, {result['wall_s']:.0f} s, {result['machine']}")
+    stages = [s for s in ("after_sft", "after_grpo") if s in result]
+    print("\n| family | " + " | ".join(stages) + " |")
+    print("|---|" + "---|" * len(stages))
+    for family in [*result["families"], "single_field", "pooled"]:
+        print(f"| {family} | " + " | ".join(_fmt(result[s][family]) for s in stages) + " |")
+    for name, p in result.get("paired", {}).items():
+        extra = f", McNemar p = {p['mcnemar_p']:.3g}" if "mcnemar_p" in p else ""
+        print(f"{name}: {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] (n={p['n']}){extra}")
+    print("\n| system | success | schema-valid | collateral | gen tokens | retries | latency mean s | latency p95 s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, a in result["arms"].items():
+        print(
+            f"| {name} | {a['semantic_success']:.3f} | {a['schema_valid']:.3f} | {a['collateral']:.3f} | "
+            f"{a['generated_tokens']:.1f} | {a['retries']:.3f} | {a['latency_mean_s']:.3f} | {a['latency_p95_s']:.3f} |"
+        )
+    for other, c in result.get("central", {}).items():
+        s = c["semantic_success"]
+        print(
+            f"ContractRL - {other}: success {s['diff']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}], "
+            f"McNemar p = {s['mcnemar_p']:.3g}; tokens x{c['generated_tokens_ratio']:.2f}; "
+            f"collateral {c['collateral']['diff']:+.3f}"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/bench_learning")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (its last line)")
+    parser.add_argument("--save", help="also write the JSON result to this file")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
-    config = load_config(TrainConfig, ROOT / "tune_configs" / "tiny.yaml", [*DEFAULTS, f"out={args.out}", *args.overrides])
+    config = load_run_config(out=args.out, overrides=[*DEFAULTS, *args.overrides])
     start = time.perf_counter()
-    train(config)
+    result_run = run_pipeline(config, progress=not args.json)
     wall = time.perf_counter() - start
-
-    out = Path(config.out)
-    judge = Judge.from_case_dir(out / "cases" / "eval")
-    after = {stage: successes(judge, out / "eval" / f"after-{stage}") for stage in config.stages}
-    ids = sorted(after[config.stages[0]])
-    families = sorted({after[config.stages[0]][i][0] for i in ids})
-    per_family: dict[str, dict[str, float]] = defaultdict(dict)
-    for stage, scores in after.items():
-        for family in families:
-            wins = [scores[i][1] for i in ids if scores[i][0] == family]
-            per_family[family][stage] = sum(wins) / len(wins)
-            per_family[family]["n"] = len(wins)
-    report: dict[str, object] = {
-        "config": to_dict(config),
-        "machine": f"{platform.node()} {platform.machine()} python {platform.python_version()}",
+    episodes = pd.read_parquet(Path(result_run.report.out) / "episodes.parquet")
+    result = {
+        "model": config.train.model.label,
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}",
         "wall_s": round(wall, 1),
-        "per_family": per_family,
-        "overall": {stage: sum(s[i][1] for i in ids) / len(ids) for stage, s in after.items()},
+        "cases": {"train": config.train.data.train_cases, "eval": int(episodes["case_id"].nunique())},
+        "config": to_dict(config),
+        **analyse(episodes, seed=config.train.seed),
     }
-    if {"sft", "grpo"} <= set(after):
-        sft = [float(after["sft"][i][1]) for i in ids]
-        grpo = [float(after["grpo"][i][1]) for i in ids]
-        diff = paired_bootstrap(sft, grpo, seed=config.seed)
-        report["paired_grpo_minus_sft"] = {
-            "n": diff.n,
-            "difference": diff.difference,
-            "ci95": [diff.low, diff.high],
-            "mcnemar_p": mcnemar_exact([bool(x) for x in sft], [bool(x) for x in grpo]),
-        }
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    stages = list(after)
-    print(f"held-out semantic success ({len(ids)} cases, seed {config.seed}, {wall:.0f} s)")
-    print("| family | n | " + " | ".join(f"after {s}" for s in stages) + " |")
-    print("|---|---|" + "---|" * len(stages))
-    for family in families:
-        row = per_family[family]
-        print(f"| {family} | {int(row['n'])} | " + " | ".join(f"{row[s]:.3f}" for s in stages) + " |")
-    print("| all | " + f"{len(ids)} | " + " | ".join(f"{report['overall'][s]:.3f}" for s in stages) + " |")  # type: ignore[index]
-    if "paired_grpo_minus_sft" in report:
-        p = report["paired_grpo_minus_sft"]
-        low, high = p["ci95"]  # type: ignore[index]
-        print(f"GRPO - SFT: {p['difference']:+.3f}, 95% CI [{low:+.3f}, {high:+.3f}], McNemar p = {p['mcnemar_p']:.3g}")  # type: ignore[index]
+        print(json.dumps(result))
+    else:
+        print_report(result)
     return 0
 
 

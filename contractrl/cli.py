@@ -184,9 +184,10 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         return lambda feedback: replay
     if spec.startswith("hf:"):
         from .rollout.hf_policy import HFPolicy, SamplingConfig
-        from .trainer.presets import load_model
+        from .trainer.presets import PRESETS, load_model
 
-        model, tokenizer = load_model("tiny" if spec == "hf:tiny" else spec)
+        preset = spec.removeprefix("hf:")
+        model, tokenizer = load_model(preset if preset in PRESETS else spec)
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens, temperature=args.temperature, do_sample=args.temperature > 0, seed=args.seed
         )
@@ -377,7 +378,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .configtree import to_dict
-    from .pipeline import format_summary, load_run_config, run_pipeline
+    from .pipeline import TINY_NOTE, format_summary, load_run_config, run_pipeline
 
     config = load_run_config(quick=args.quick, out=args.out, overrides=args.overrides)
     if args.print_config:
@@ -392,6 +393,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("the tables keep families apart):\n")
     print(format_summary(result.summary))
     print(f"\nUnsafe dispatches: {unsafe}.")
+    if config.train.model.name == "tiny":
+        print(TINY_NOTE)
     print(f"Report: {result.report.index}")
     print(f"Tables: {result.report.out / 'tables'}  Episodes: {result.report.out / 'episodes.parquet'}")
     return EXIT_OK if unsafe == 0 else EXIT_REJECTED
@@ -464,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rollout = sub.add_parser("rollout", help="run repair episodes over a case set into a frozen, hashed ledger")
     rollout.add_argument("--cases", required=True, help="a case set written by `cases generate`")
-    rollout.add_argument("--policy", required=True, help="replay | heuristic | hf:tiny | hf:<name-or-path>")
+    rollout.add_argument("--policy", required=True, help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<name-or-path>")
     rollout.add_argument("--arm", default="contractrl", choices=("contractrl", "patch_sft", "full_regen", "constrained"))
     rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
     rollout.add_argument("--group", type=int, default=1, help="episodes per case (G)")
@@ -480,7 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     study = sub.add_parser("study", help="the runs of one study table: feedback, noise, budget, horizon or transfer")
     study.add_argument("study", choices=("feedback", "noise", "budget", "horizon", "transfer"))
     study.add_argument("--out", required=True, help="the study's directory (re-running resumes it)")
-    study.add_argument("--policy", default="heuristic", help="replay | heuristic | hf:tiny | hf:<trained model or adapter dir>")
+    study.add_argument(
+        "--policy", default="heuristic", help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<trained model or adapter dir>"
+    )
     study.add_argument("--cases", help="the held-out case set (noise: generated under --out when not given)")
     study.add_argument("--arm", default="contractrl", choices=("contractrl", "patch_sft", "full_regen", "constrained"))
     study.add_argument("--stage", default="", help="a label for the policy's training stage, e.g. grpo")

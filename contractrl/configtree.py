@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -185,6 +186,9 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        # YAML 1.1 (PyYAML) reads 1e-3 as a string; YAML 1.2 and every user read it as a number
+        if isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+            return float(value)
         raise bad
     if tp is str:
         if isinstance(value, str):
@@ -193,6 +197,9 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             return str(value)
         raise bad
     raise ConfigError(f"config key {key!r} has an unsupported type {tp!r}")  # a bug in a config class
+
+
+_DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def check(condition: bool, message: str) -> None:

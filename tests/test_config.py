@@ -56,6 +56,10 @@ def test_yaml_then_overrides_win(tmp_path: Path) -> None:
         ("grpo", "is not key=value"),
         ("grpo.steps=[1", "not valid YAML"),
         ("model=3", "model must be a mapping"),
+        ("sft.optim.lr=1e-3x", "must be float, got '1e-3x'"),
+        ("sft.optim.lr=nan", "must be float"),
+        ("sft.max_tokens=8", "sft.max_tokens must be >= 16"),
+        ("model.lora.top_layers=-1", "model.lora.top_layers must be >= 0"),
     ],
 )
 def test_bad_overrides_are_clear_errors(override: str, message: str) -> None:
@@ -76,6 +80,15 @@ def test_bad_files(tmp_path: Path) -> None:
         load_config(TrainConfig, top)
 
 
+def test_floats_in_exponent_form_are_read_as_yaml_users_write_them(tmp_path: Path) -> None:
+    """PyYAML reads 1e-3 (no dot) as a string; YAML 1.2 and every user read it as a number."""
+    assert load_config(TrainConfig, None, ["sft.optim.lr=1e-3"]).sft.optim.lr == 1e-3
+    assert load_config(TrainConfig, None, ["grpo.optim.lr=+2E-1", "reward.tokens=.5e-2"]).reward.tokens == 0.005
+    path = tmp_path / "c.yaml"
+    path.write_text("sft:\n  optim: {lr: 2e-4}\n")
+    assert load_config(TrainConfig, path).sft.optim.lr == 2e-4
+
+
 def test_override_parsing() -> None:
     assert parse_overrides(["a.b=1", "a.c=x", "d=[1, 2]", "e="]) == {"a": {"b": 1, "c": "x"}, "d": [1, 2], "e": ""}
     with pytest.raises(ConfigError, match="conflicts"):
@@ -86,6 +99,17 @@ def test_shipped_configs_load() -> None:
     for path in sorted((ROOT / "tune_configs").glob("*.yaml")):
         if path.name == "tiny.yaml":
             load_config(TrainConfig, path)
+
+
+def test_the_smollm2_config_file_is_the_main_jobs_training() -> None:
+    """tune_configs/smollm2.yaml documents the embedded default's training; they must not drift apart."""
+    from contractrl.pipeline import load_run_config
+
+    shipped = to_dict(load_config(TrainConfig, ROOT / "tune_configs" / "smollm2.yaml"))
+    embedded = to_dict(load_run_config().train)
+    for key in ("out", "resume"):
+        shipped.pop(key), embedded.pop(key)
+    assert shipped == embedded
 
 
 def test_cli_print_config_and_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -136,6 +136,8 @@ def test_episode_metrics_by_hand() -> None:
     assert (m["semantic_success"], m["schema_valid"], m["final_object_match"], m["exact_patch_match"]) == (True, True, True, True)
     assert (m["retries"], m["attempts"], m["collateral"], m["fail_closed"], m["first_attempt_valid"]) == (1, 2, 1, False, False)
     assert m["latency_s"] == 0.25
+    # end to end: the policy's generation time counts with the transitions
+    assert episode_metrics(_row(gen_s=1.5), PUBLIC, gold, success=True, unsafe=False)["latency_s"] == 1.75
     # a different accepted patch reaching a different object
     other = _offline([{"op": "replace", "path": "/a", "value": 3}], {"a": 3, "b": 1})
     m = episode_metrics(_row(), PUBLIC, other, success=False, unsafe=False)

@@ -16,7 +16,7 @@ from contractrl.analysis.report import discover
 from contractrl.analysis.tables import TABLES
 from contractrl.configtree import to_dict
 from contractrl.errors import ConfigError
-from contractrl.pipeline import load_run_config
+from contractrl.pipeline import TINY_NOTE, load_run_config
 from contractrl.rollout.ledger import read_ledger
 from contractrl.rollout.prompts import ARMS
 
@@ -37,6 +37,8 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     proc = _run(out)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
     assert "Unsafe dispatches: 0." in proc.stdout and f"Report: {out}/report/index.html" in proc.stdout
+    assert TINY_NOTE in proc.stdout  # --quick runs tiny, and says what that shows
+    assert "p95 episode s (gen+check)" in proc.stdout
 
     episodes = pd.read_parquet(out / "report" / "episodes.parquet")
     assert set(episodes["arm"]) == set(ARMS)  # full regeneration, constrained, Patch-SFT, ContractRL
@@ -73,6 +75,9 @@ def test_run_config_overrides_and_errors(tmp_path: Path) -> None:
     assert (config.train.sft.steps, config.whole_object.enabled) == (5, False)
     assert config.train.out == str(tmp_path / "x" / "train") and config.train.resume
     assert to_dict(load_run_config())["train"]["sft"]["arm"] == "patch_sft"
+    # the embedded default trains the model that learns; --quick trades it for tiny's speed
+    assert load_run_config().train.model.name == "smollm2" and load_run_config().train.model.lora.enabled
+    assert config.train.model.name == "tiny"
     with pytest.raises(ConfigError, match="whole_objct"):
         load_run_config(overrides=["whole_objct.enabled=false"])
     with pytest.raises(ConfigError, match="sft_steps"):

@@ -185,7 +185,7 @@ def test_wall_clock_is_recorded_but_not_hashed(tmp_path: Path) -> None:
         run.mkdir()
         (run / "manifest.json").write_text("{}")
         writer = LedgerWriter(run)
-        writer.append({"i": 1, "wall_s": scale})
+        writer.append({"i": 1, "wall_s": scale, "gen_s": 2 * scale})
         writer.freeze()
     digest = [json.loads((r / "manifest.json").read_text())["ledger_sha256"] for r in (a, b)]
     assert digest[0] == digest[1]
@@ -313,7 +313,14 @@ def test_case_matched_mode_follows_the_comparator_contract() -> None:
     state = RepairEnv(case.public).reset()
     assert "errors" not in render_blocks(case.public, state, "full_regen", "case_matched")
     assert "errors" in render_blocks(case.public, state, "patch_sft", "case_matched")
-    assert {"immutable", "budget", "history"} <= set(render_blocks(case.public, state, "contractrl", "case_matched"))
+    assert {"immutable", "budget"} <= set(render_blocks(case.public, state, "contractrl", "case_matched"))
+    # the history block appears once there is history (an empty one is left out for every arm alike)
+    assert "history" not in render_blocks(case.public, state, "contractrl", "case_matched")
+    env = RepairEnv(case.public)
+    env.reset()
+    later, _ = env.step('[{"op": "remove", "path": "/no-such-field"}]')
+    assert "history" in render_blocks(case.public, later, "contractrl", "case_matched")
+    assert "attempt 1: path_unavailable" in render_blocks(case.public, later, "full_regen", "same_information")["history"]
     same = {arm: render_blocks(case.public, state, arm, "same_information") for arm in ("full_regen", "contractrl")}
     assert same["full_regen"] == same["contractrl"]
 
@@ -325,7 +332,7 @@ def test_prompt_without_a_chat_template_uses_the_plain_layout() -> None:
     messages = render_messages(case.public, RepairEnv(case.public).reset(), "contractrl")
     text = render_prompt(messages)
     assert text.startswith("<|system|>\n") and text.endswith("<|assistant|>\n")
-    assert case.public.request in text and "Verifier errors:" in text
+    assert case.public.request in text and "Errors:" in text
 
 
 def test_whole_object_arm_runs_through_env_runner_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

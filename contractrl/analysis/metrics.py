@@ -27,7 +27,8 @@ Definitions (one row per episode):
   object or patch, or the semantic cluster id); it must be 0 (Table 32).
 * ``op_family`` and ``structure``: the shape of the canonical repair (operation kinds; flat, nested,
   array, union, long pointer or multi-field), the strata of Tables 15 and 31.
-* tokens, validator calls and latency (``latency_s``, the transition wall time) as recorded.
+* tokens, validator calls and latency as recorded; ``latency_s`` is the episode's end-to-end time,
+  generation (each answer's share of its batched generate call) plus validation and sandbox.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def episode_metrics(row: dict[str, Any], public: PublicCase, offline: OfflineCas
         "generated_tokens": int(row["generated_tokens"]),
         "prompt_tokens": int(row["prompt_tokens"]),
         "validator_calls": int(row["validator_calls"]),
-        "latency_s": float(row.get("wall_s") or 0.0),
+        "latency_s": float(row.get("wall_s") or 0.0) + float(row.get("gen_s") or 0.0),
         "confidence": confidence(attempts),
         "leakage": leakage(public, offline),
         "op_family": op_family(offline),

@@ -42,6 +42,7 @@ class StepRecord:
     finish_reason: str | None
     wall_s: float
     logprob: float | None = None  # the generator's log-probability of the answer (calibration), if it has one
+    gen_s: float = 0.0  # wall seconds the policy spent generating this answer (its share of a batch)
 
     def to_dict(self, *, with_time: bool = False) -> dict[str, Any]:
         out = {
@@ -113,6 +114,7 @@ class RepairEnv:
         generated_tokens: int = 0,
         prompt_tokens: int = 0,
         logprob: float | None = None,
+        gen_s: float = 0.0,
     ) -> tuple[PublicState, StepRecord]:
         if self.state is None:
             raise RuntimeError("call reset() before step()")
@@ -144,6 +146,7 @@ class RepairEnv:
             finish_reason=finish_reason,
             wall_s=time.perf_counter() - start,
             logprob=logprob,
+            gen_s=gen_s,
         )
         self.log.steps.append(record)
         return self.state, record
@@ -193,5 +196,7 @@ def episode_row(case: PublicCase, log: EpisodeLog, *, arm: str, policy: str, see
         "prompt_tokens": sum(s.prompt_tokens for s in steps),
         "collateral": sum(len(s.collateral) for s in steps),
         "off_pointer": sum(len(s.off_pointer) for s in steps),
+        # wall times (not hashed): validation and sandbox, and the policy's generation
         "wall_s": sum(s.wall_s for s in steps),
+        "gen_s": sum(s.gen_s for s in steps),
     }

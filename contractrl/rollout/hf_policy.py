@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validators.jsonvalue import canonical_json
+from .cpu import compute_context, release_memory
 from .policies import ABSTAIN, Generation, Observation
 from .prompts import WHOLE_OBJECT_ARMS, render_messages, render_prompt
 
@@ -71,6 +72,7 @@ class HFPolicy:
         sampling: SamplingConfig = SamplingConfig(),
         constrained: bool | None = None,
         name: str = "hf",
+        cpu_bf16: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -80,6 +82,7 @@ class HFPolicy:
         self.sampling = sampling
         self.constrained = arm == "constrained" if constrained is None else constrained
         self.name = name
+        self.cpu_bf16 = cpu_bf16  # bf16 products on a CPU that has them natively (cpu.py)
         self._grammars: dict[str, Any] = {}
         self._compiler: Any = None
 
@@ -101,7 +104,11 @@ class HFPolicy:
         return int(hashlib.sha256(canonical_json(key).encode()).hexdigest()[:8], 16)
 
     def _batch(self, observations: Sequence[Observation]) -> list[Generation]:
+        import time
+
         import torch
+
+        start = time.perf_counter()
         from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
         tok = self.tokenizer
@@ -124,7 +131,7 @@ class HFPolicy:
             processors.append(self._grammar_processor([o.case.schema for o in observations]))
         torch.manual_seed(self._seed(observations))
         s = self.sampling
-        with torch.no_grad():
+        with torch.no_grad(), compute_context(self.model, self.cpu_bf16):
             result = self.model.generate(
                 **enc,
                 max_new_tokens=s.max_new_tokens,
@@ -146,6 +153,7 @@ class HFPolicy:
         logprobs = torch.log_softmax(logits / (s.temperature if s.do_sample else 1.0), dim=-1)
         chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
         generations = []
+        share = (time.perf_counter() - start) / len(observations)
         for row in range(len(observations)):
             ids = new_tokens[row].tolist()
             keep = _answer_length(ids, tok)
@@ -160,8 +168,10 @@ class HFPolicy:
                     token_ids=tuple(ids[:keep]),
                     logprobs=tuple(float(x) for x in chosen[row, :keep].tolist()),
                     prompt_ids=prompt_ids[row],
+                    gen_s=share,
                 )
             )
+        release_memory()  # the KV cache of this batch; see cpu.py
         return generations
 
     def _grammar_processor(self, schemas: list[dict[str, Any]]) -> Any:

@@ -26,7 +26,7 @@ from ..validators.jsonvalue import canonical_json
 GENESIS = "0" * 64
 LEDGER_DIR = "ledger"
 MANIFEST = "manifest.json"
-UNHASHED_FIELDS = frozenset({"wall_s", "row_hash", "prev_hash"})
+UNHASHED_FIELDS = frozenset({"wall_s", "gen_s", "row_hash", "prev_hash"})
 
 
 class LedgerError(ContractRLError):

@@ -48,6 +48,8 @@ class Generation:
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
     prompt_ids: tuple[int, ...] = ()  # what the model was conditioned on (for the policy-gradient pass)
+    # wall seconds of generating this answer: its share of the batched call that produced it
+    gen_s: float = 0.0
 
 
 class Policy(Protocol):

@@ -58,6 +58,7 @@ class EpisodeWorker:
                 generated_tokens=gen.generated_tokens,
                 prompt_tokens=gen.prompt_tokens,
                 logprob=sum(gen.logprobs) if gen.logprobs else None,
+                gen_s=gen.gen_s,
             )
             out.append(StepOutcome(key, state, self._row(key) if env.done else None))
         return out

@@ -14,6 +14,7 @@ from ..configtree import check
 from ..tasks.audit import UNITS
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CORRUPTION_FAMILIES
+from .presets import PRESETS
 
 TrainArm = Literal["contractrl", "patch_sft", "full_regen"]
 Stage = Literal["sft", "grpo"]
@@ -28,8 +29,12 @@ class LoraConfig:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    # adapt only the top N transformer layers (0: every layer). Backpropagation stops at the lowest
+    # adapted layer, so adapting the top third costs about half a full-LoRA step.
+    top_layers: int = 0
 
     def __post_init__(self) -> None:
+        check(self.top_layers >= 0, f"model.lora.top_layers must be >= 0 (0 adapts every layer), got {self.top_layers}")
         check(self.r >= 1, f"model.lora.r must be >= 1, got {self.r}")
         check(self.alpha >= 1, f"model.lora.alpha must be >= 1, got {self.alpha}")
         check(0.0 <= self.dropout < 1.0, f"model.lora.dropout must be in [0, 1), got {self.dropout}")
@@ -38,7 +43,9 @@ class LoraConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """``name``: ``tiny`` (built locally), ``hf:<hub name or path>`` or a model directory.
+    """``name``: ``tiny`` (built locally; cannot learn the task, shows the mechanics), ``smollm2``
+    (SmolLM2-135M-Instruct from a PyPI wheel, no hub needed), ``hf:<hub name or path>`` or a model
+    directory.
 
     ``hidden_size`` and ``layers`` size the ``tiny`` preset (the scaling sweep varies them); they
     are ignored for real models.
@@ -50,6 +57,9 @@ class ModelConfig:
     cache_dir: str = "runs/models"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     gradient_checkpointing: bool = False
+    # on a CPU with native bf16 (AMX, AVX512-BF16), run matrix products in bf16 under autocast;
+    # weights and optimizer state stay fp32 (rollout/cpu.py). About twice as fast there.
+    cpu_bf16: bool = True
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     @property
@@ -65,8 +75,8 @@ class ModelConfig:
         )
         check(self.layers >= 1, f"model.layers must be >= 1, got {self.layers}")
         check(
-            self.name == "tiny" or self.name.startswith("hf:") or "/" in self.name or self.name.startswith("."),
-            f"model.name must be tiny, hf:<name-or-path> or a model directory, got {self.name!r}",
+            self.name in PRESETS or self.name.startswith("hf:") or "/" in self.name or self.name.startswith("."),
+            f"model.name must be {' or '.join(PRESETS)}, hf:<name-or-path> or a model directory, got {self.name!r}",
         )
 
 
@@ -122,9 +132,13 @@ class SFTConfig:
     batch_size: int = 16
     micro_batch_size: int = 4
     arm: TrainArm = "contractrl"
+    # demonstrations longer than this (prompt + answer tokens) are left out, with a warning: one
+    # outlier in a micro-batch sets the memory of the whole step
+    max_tokens: int = 2048
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3, warmup_steps=10, schedule="cosine"))
 
     def __post_init__(self) -> None:
+        check(self.max_tokens >= 16, f"sft.max_tokens must be >= 16, got {self.max_tokens}")
         check(self.steps >= 0, f"sft.steps must be >= 0, got {self.steps}")
         check(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
         check(self.micro_batch_size >= 1, f"sft.micro_batch_size must be >= 1, got {self.micro_batch_size}")

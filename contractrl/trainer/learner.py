@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..rollout.cpu import compute_context, release_memory
 from ..rollout.hf_policy import HFPolicy, SamplingConfig
 from ..rollout.policies import Generation, Observation
 from .config import TrainConfig
@@ -117,7 +118,7 @@ class Learner:
             return base
         from peft import get_peft_model
 
-        return get_peft_model(base, peft_lora_config(lora))
+        return get_peft_model(base, peft_lora_config(lora, getattr(base.config, "num_hidden_layers", None)))
 
     def start_stage(self, stage: str, total_steps: int) -> None:
         """A fresh optimizer and schedule for ``stage`` (SFT and GRPO have their own)."""
@@ -140,7 +141,9 @@ class Learner:
         import torch
 
         self.model.eval()
-        policy = HFPolicy(self.model, self.tokenizer, arm=arm, sampling=sampling, name="learner")
+        policy = HFPolicy(
+            self.model, self.tokenizer, arm=arm, sampling=sampling, name="learner", cpu_bf16=self.config.model.cpu_bf16
+        )
         with torch.no_grad():
             out = policy.generate(list(observations))
         self.model.train()
@@ -169,7 +172,10 @@ class Learner:
         device = next(self.model.parameters()).device
         ids, attention, positions, mask = ids.to(device), attention.to(device), positions.to(device), mask.to(device)
         forward = model if model is not None else (self.engine.engine if isinstance(self.engine, DeepSpeedEngine) else self.model)
-        out = forward(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=width + 1, use_cache=False)
+        with compute_context(self.model, self.config.model.cpu_bf16):
+            out = forward(
+                input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=width + 1, use_cache=False
+            )
         logits = out.logits[:, :-1, :].float() / temperature
         targets = ids[:, length - width :]
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -192,6 +198,7 @@ class Learner:
             total += float(loss.detach()) * token_denominator
             tokens += float(mask.sum())
         grad_norm = engine.step()
+        release_memory()  # activations differ in size every step; see rollout/cpu.py
         return {"loss_sum": total, "tokens": tokens, "grad_norm": grad_norm, "lr": engine.lr()}
 
     def grpo_step(self, samples: Sequence[PolicySample], token_denominator: float) -> dict[str, float]:
@@ -232,6 +239,7 @@ class Learner:
             sums["loss_sum"] += float(loss.detach()) * token_denominator
         sums["grad_norm"] = engine.step()
         sums["lr"] = engine.lr()
+        release_memory()
         return sums
 
     def _reference_logprobs(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Any:
@@ -309,12 +317,17 @@ class Learner:
         return str(out)
 
 
-def peft_lora_config(lora: Any) -> Any:
+def peft_lora_config(lora: Any, num_layers: int | None = None) -> Any:
     """The peft ``LoraConfig`` of the config tree's ``model.lora`` (one definition, shared with the
-    TRL benchmark so both sides train the same adapter)."""
+    TRL benchmark so both sides train the same adapter). ``num_layers`` is the model's depth, which
+    ``lora.top_layers`` counts down from."""
     from peft import LoraConfig
 
+    layers = None
+    if lora.top_layers and num_layers is not None:
+        layers = list(range(max(0, num_layers - lora.top_layers), num_layers))
     return LoraConfig(
+        layers_to_transform=layers,
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import shutil
 import time
@@ -52,6 +53,7 @@ from .grpo import PolicySample, group_advantages
 from .reward import episode_reward
 from .tracking import MetricsTable, Tracker
 
+log = logging.getLogger(__name__)
 ROLLOUTS = "rollouts"
 EVALS = "eval"
 STAGE_MODELS = "stages"
@@ -187,7 +189,16 @@ class Trainer:
                 )
                 answer = tok(demo.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
                 examples.append((tok(prompt, add_special_tokens=False)["input_ids"], answer))
-            self._examples = examples
+            limit = self.config.sft.max_tokens
+            kept = [e for e in examples if len(e[0]) + len(e[1]) <= limit]
+            if len(kept) < len(examples):
+                log.warning(
+                    "SFT leaves out %d of %d demonstrations longer than sft.max_tokens=%d",
+                    len(examples) - len(kept),
+                    len(examples),
+                    limit,
+                )
+            self._examples = kept
         return self._examples
 
     def _sft_step(self, step: int) -> dict[str, Any]:

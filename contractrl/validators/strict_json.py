@@ -13,6 +13,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from .codes import Code
@@ -87,9 +88,19 @@ def _reject_constant(name: str) -> Any:
 
 
 def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, as the float that names the same decimal.
+
+    Overflow to infinity is refused, and so is rounding past the float's shortest decimal:
+    ``1e-400`` would become ``0.0`` and satisfy ``{"maximum": 0}``, ``1.00000000000000000001``
+    would become ``1.0`` and satisfy ``{"maximum": 1}``. A released float's shortest decimal equals
+    the text, so every ordered comparison on released numbers is the comparison of their texts.
+    """
     value = float(text)
     if not math.isfinite(value):
         raise _Reject(Code.NON_FINITE_NUMBER, f"number {text[:40]!r} overflows to a non-finite float")
+    if (len(text) > 15 or "e" in text or "E" in text) and Decimal(text) != Decimal(repr(value)):
+        what = "underflows to 0.0" if value == 0.0 else f"would be rounded to {value!r}"
+        raise _Reject(Code.NON_FINITE_NUMBER, f"number {text[:40]!r} {what}; it cannot be compared exactly")
     return value
 
 

@@ -1,0 +1,161 @@
+"""Fail-closed refusal rules, each hunted by a property test against an independent reference.
+
+Every rule here closes a class of inputs that was once released (issue 13). Each property draws
+inputs from the whole class, not the one reported instance, and compares the verdict with a
+reference: jsonschema-rs' RFC 3339 checker and :mod:`datetime` for dates, python-jsonschema with
+ECMA-262 regexes (``regress``) for schemas, exact decimal arithmetic for numbers, and the contract
+itself for patches. A property fails if the rule lets through one input the reference refuses.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import jsonschema_rs
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+
+from contractrl.validators import Code, Verifier, load_contract, parse_json_text
+from contractrl.validators.rfc3339 import parse_date, parse_date_time
+
+PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# --------------------------------------------------------------------------------------------
+# Cross-field rules: RFC 3339 completely, and an operand that cannot be compared refuses
+# --------------------------------------------------------------------------------------------
+
+_RS_DATE_TIME = jsonschema_rs.validator_for({"format": "date-time"}, validate_formats=True)
+_RS_DATE = jsonschema_rs.validator_for({"format": "date"}, validate_formats=True)
+WINDOW = Verifier.build(
+    {"type": "object"}, load_contract([{"kind": "compare", "left": "/start", "op": "<", "right": "/end", "as": "date-time"}])
+)
+
+
+def _reference_instant(text: str) -> tuple[datetime, Decimal] | None:
+    """An independent reading of an RFC 3339 date-time without leap seconds: (UTC instant, fraction)."""
+    if not _RS_DATE_TIME.is_valid(text) or text[17:19] == "60":
+        return None
+    upper = text.upper()
+    base = datetime(int(upper[:4]), int(upper[5:7]), int(upper[8:10]), int(upper[11:13]), int(upper[14:16]), int(upper[17:19]))
+    rest = upper[19:]
+    frac = Decimal(0)
+    if rest.startswith("."):
+        end = 1
+        while rest[end].isdigit():
+            end += 1
+        frac, rest = Decimal("0." + rest[1:end]), rest[end:]
+    sign = 1 if rest[:1] == "+" else -1
+    offset = timedelta(0) if rest == "Z" else sign * timedelta(hours=int(rest[1:3]), minutes=int(rest[4:6]))
+    return (base - offset).replace(tzinfo=timezone.utc), frac
+
+
+_moments = st.datetimes(min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31))
+
+
+@st.composite
+def rfc3339_texts(draw: st.DrawFn) -> str:
+    """Date-times in every RFC 3339 spelling (case, fractions, offsets), and near misses."""
+    m = draw(_moments)
+    text = f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+    if draw(st.booleans()):
+        text += "." + draw(st.text("0123456789", min_size=1, max_size=12))
+    sign = draw(st.sampled_from(["Z", "z", "+", "-", ""]))
+    if sign in "+-" and sign:
+        text += f"{sign}{draw(st.integers(0, 23)):02d}:{draw(st.integers(0, 59)):02d}"
+    else:
+        text += sign
+    if draw(st.booleans()):
+        text = text.replace("T", "t")
+    mutation = draw(st.sampled_from(["none", "none", "none", "space", "hour", "month", "offset", "digit"]))
+    if mutation == "space":
+        text = text.replace("T", " ").replace("t", " ")
+    elif mutation == "hour":
+        text = text[:11] + "24" + text[13:]
+    elif mutation == "month":
+        text = text[:5] + "13" + text[7:]
+    elif mutation == "offset" and sign in "+-" and sign:
+        text = text[:-5] + "24:00"
+    elif mutation == "digit":
+        text = text[:3] + "\u0661" + text[4:]
+    return text
+
+
+@PROPS
+@given(start=rfc3339_texts(), end=rfc3339_texts())
+@example(start="2026-12-01t10:00:00z", end="2026-11-30t09:00:00z")
+def test_date_time_rule_accepts_exactly_what_the_reference_orders(start: str, end: str) -> None:
+    a, b = _reference_instant(start), _reference_instant(end)
+    accepted = WINDOW.verify({"start": start, "end": end}).accepted
+    assert accepted == (a is not None and b is not None and a < b), (start, end, a, b)
+
+
+@PROPS
+@given(text=st.one_of(rfc3339_texts(), st.text(max_size=40)))
+def test_rfc3339_parser_agrees_with_the_rs_format_checker(text: str) -> None:
+    assert (parse_date_time(text) is not None) == _RS_DATE_TIME.is_valid(text), text
+    assert (parse_date(text[:10]) is not None) == _RS_DATE.is_valid(text[:10]), text[:10]
+
+
+@PROPS
+@given(
+    value=st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8), st.lists(st.integers())
+    ),
+    as_=st.sampled_from(["number", "string", "date", "date-time"]),
+    op=st.sampled_from(["<", "<=", ">", ">="]),
+)
+def test_a_compare_rule_never_passes_an_operand_it_cannot_compare(value: Any, as_: str, op: str) -> None:
+    """Whatever the operand, an ordering rule accepts only when it could compare and the order holds."""
+    rule = load_contract([{"kind": "compare", "left": "/x", "op": op, "right": "/y", "as": as_}])
+    other = {"number": 0, "string": "m", "date": "2026-01-01", "date-time": "2026-01-01T00:00:00Z"}[as_]
+    errors = rule.check({"x": value, "y": other})
+    comparable = {
+        "number": type(value) in (int, float),
+        "string": isinstance(value, str),
+        "date": isinstance(value, str) and _RS_DATE.is_valid(value),
+        "date-time": isinstance(value, str) and _RS_DATE_TIME.is_valid(value),
+    }[as_]
+    if not comparable:
+        assert errors and errors[0].code is Code.CROSS_FIELD and errors[0].pointer == "/x"
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers: what the parser releases compares exactly as the text it was written as
+# --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def number_texts(draw: st.DrawFn) -> str:
+    sign = draw(st.sampled_from(["", "-"]))
+    whole = draw(st.sampled_from(["0", "1", "9", "12345678901234567890"]))
+    frac = draw(st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=25).map(lambda d: "." + d)))
+    exp = draw(st.one_of(st.just(""), st.integers(-420, 320).map(lambda e: f"e{e}")))
+    return sign + whole + frac + exp
+
+
+@PROPS
+@given(text=number_texts(), bound=number_texts())
+@example(text="1e-400", bound="0")
+@example(text="1.00000000000000000001", bound="1")
+def test_numbers_the_parser_releases_order_like_their_decimal_text(text: str, bound: str) -> None:
+    """``{"maximum": b}`` accepts ``x`` only if the decimal x <= the decimal b, never by rounding."""
+    parsed_x, parsed_b = parse_json_text(text), parse_json_text(bound)
+    assume(parsed_b.is_value)
+    if not parsed_x.is_value:
+        assert parsed_x.code is Code.NON_FINITE_NUMBER
+        return
+    for backend in ("rs", "python"):
+        accepted = Verifier.build({"maximum": parsed_b.value}, backend=backend).verify(parsed_x.value).accepted
+        if accepted:
+            assert Decimal(text) <= Decimal(bound), (backend, text, bound)
+
+
+def test_underflow_to_zero_is_refused() -> None:
+    assert parse_json_text("1e-400").code is Code.NON_FINITE_NUMBER
+    assert parse_json_text("[0, -1E-999]").code is Code.NON_FINITE_NUMBER
+    assert parse_json_text("0e-999").value == 0.0  # zero written as zero is exact
+    assert parse_json_text("0.1").value == 0.1 and parse_json_text("2.5e-308").is_value
+    assert json.loads("1e-400") == 0.0  # what the stdlib parser would have released

@@ -159,3 +159,105 @@ def test_underflow_to_zero_is_refused() -> None:
     assert parse_json_text("0e-999").value == 0.0  # zero written as zero is exact
     assert parse_json_text("0.1").value == 0.1 and parse_json_text("2.5e-308").is_value
     assert json.loads("1e-400") == 0.0  # what the stdlib parser would have released
+
+
+# --------------------------------------------------------------------------------------------
+# Dialects: two source keywords that map to one target never drop a constraint
+# --------------------------------------------------------------------------------------------
+
+_leaf_schemas = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["string", "integer", "number", "boolean", "object", "array"])}),
+    st.fixed_dictionaries({"minimum": st.integers(-2, 2)}),
+    st.fixed_dictionaries({"maxLength": st.integers(0, 2)}),
+    st.fixed_dictionaries({"required": st.lists(st.sampled_from(["p", "q"]), min_size=1, max_size=2, unique=True)}),
+    st.fixed_dictionaries({"enum": st.lists(st.one_of(st.integers(-1, 1), st.sampled_from(["a", ""])), min_size=1, max_size=3)}),
+)
+_instances = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(["", "a", "abc"])),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "b", "p", "q"]), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _both_readings_accept(schema: dict[str, Any], instance: Any) -> bool:
+    """The instance is valid under the Draft 7 and the Draft 2020-12 reading of a mixed-dialect schema."""
+    import jsonschema
+
+    return jsonschema.Draft7Validator(schema).is_valid(instance) and jsonschema.Draft202012Validator(schema).is_valid(instance)
+
+
+def _accepted_or_refused(schema: dict[str, Any], instance: Any) -> bool | None:
+    from contractrl.errors import SchemaCompileError
+
+    try:
+        verifier = Verifier.build(schema)
+    except SchemaCompileError:
+        return None
+    return verifier.verify(instance).accepted
+
+
+@PROPS
+@given(a=_leaf_schemas, b=_leaf_schemas, via=st.sampled_from(["#/$defs/x", "#/definitions/x"]), instance=_instances)
+@example(a={"type": "integer"}, b={"type": "string"}, via="#/$defs/x", instance={"a": 1})
+def test_definitions_beside_defs_never_loses_one(a: Any, b: Any, via: str, instance: Any) -> None:
+    schema = {"properties": {"a": {"$ref": via}}, "definitions": {"x": a}, "$defs": {"x": b}}
+    if _accepted_or_refused(schema, instance):
+        assert _both_readings_accept(schema, instance), (schema, instance)
+
+
+@PROPS
+@given(
+    dep=st.one_of(st.lists(st.sampled_from(["p", "q", "b"]), max_size=2), _leaf_schemas),
+    required=st.lists(st.sampled_from(["p", "q", "b"]), max_size=2),
+    dep_schema=_leaf_schemas,
+    instance=st.dictionaries(st.sampled_from(["a", "b", "p", "q"]), st.integers(0, 2), max_size=4),
+)
+def test_dependencies_beside_dependent_keywords_keeps_both(dep: Any, required: list[str], dep_schema: Any, instance: Any) -> None:
+    schema = {"dependencies": {"a": dep}, "dependentRequired": {"a": required}, "dependentSchemas": {"a": dep_schema}}
+    if _accepted_or_refused(schema, instance):
+        assert _both_readings_accept(schema, instance), (schema, instance)
+
+
+def test_array_items_beside_prefix_items_is_refused() -> None:
+    schema = {"items": [{"type": "string"}], "prefixItems": [{"type": "integer"}]}
+    assert _accepted_or_refused(schema, [1]) is None
+
+
+_def_names = st.sampled_from(["enum", "const", "default", "examples", "a", "b"])
+
+
+@st.composite
+def ref_graphs(draw: st.DrawFn) -> dict[str, Any]:
+    """$defs (named like annotation keywords or not) that reference each other in place or with progress."""
+    names = draw(st.lists(_def_names, min_size=1, max_size=4, unique=True))
+    defs: dict[str, Any] = {}
+    for name in names:
+        target = "#/$defs/" + draw(st.sampled_from(names))
+        how = draw(st.sampled_from(["ref", "allOf", "not", "anyOf", "properties", "items", "enum-property"]))
+        defs[name] = {
+            "ref": {"$ref": target},
+            "allOf": {"allOf": [{"$ref": target}]},
+            "not": {"not": {"$ref": target}},
+            "anyOf": {"anyOf": [{"type": "string"}, {"$ref": target}]},
+            "properties": {"properties": {"enum": {"$ref": target}}},
+            "items": {"items": {"$ref": target}},
+            "enum-property": {"properties": {"default": {"allOf": [{"$ref": target}]}}, "allOf": [{"$ref": target}]},
+        }[how]
+    return {"$defs": defs, "$ref": "#/$defs/" + names[0]}
+
+
+@PROPS
+@given(schema=ref_graphs(), instance=_instances)
+def test_a_compiled_schema_never_recurses_without_progress(schema: dict[str, Any], instance: Any) -> None:
+    """Reference: python-jsonschema recurses forever on a cycle that re-checks the same instance."""
+    import jsonschema
+
+    from contractrl.errors import SchemaCompileError
+
+    try:
+        Verifier.build(schema)
+    except SchemaCompileError:
+        return
+    jsonschema.Draft202012Validator(schema).is_valid(instance)  # a RecursionError here fails the test

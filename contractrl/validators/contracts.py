@@ -18,6 +18,7 @@ date-times by their RFC 3339 instants (:mod:`.rfc3339`).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ def _number(value: Any) -> Fraction | None:
     t = type(value)
     if t is int:
         return Fraction(value)
-    if t is float:
+    if t is float and math.isfinite(value):
         return Fraction(repr(value))
     return None
 

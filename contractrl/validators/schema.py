@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+from urllib.parse import unquote
 
 import jsonschema_rs
 
@@ -53,7 +54,7 @@ def _schema_at(schema: Any, path: list[str | int]) -> Any:
     for token in path:
         if token == "$ref" and isinstance(node, dict) and isinstance(node.get("$ref"), str):
             ref = node["$ref"]
-            node = root if ref == "#" else resolve(root, parse_pointer(ref[1:]), None)
+            node = root if ref == "#" else resolve(root, parse_pointer(unquote(ref[1:])), None)
             continue
         if isinstance(node, dict):
             node = node.get(str(token))

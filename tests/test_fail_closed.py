@@ -261,3 +261,111 @@ def test_a_compiled_schema_never_recurses_without_progress(schema: dict[str, Any
     except SchemaCompileError:
         return
     jsonschema.Draft202012Validator(schema).is_valid(instance)  # a RecursionError here fails the test
+
+
+# --------------------------------------------------------------------------------------------
+# Patches: any pointer token is a typed outcome, every intermediate document stays in bounds,
+# and immutable fields keep their type as well as their value
+# --------------------------------------------------------------------------------------------
+
+_tokens = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from(["-", "0", "00", "1", "9" * 5000, "1" + "0" * 4400, "a", ""]),
+    st.integers(0, 10**30).map(str),
+)
+
+
+def _open_env(doc: Any, limits: Any = None, immutable: tuple[str, ...] = (), max_ops: int = 40) -> tuple[Any, Any]:
+    import dataclasses
+
+    from contractrl.validators import Budgets, ParseLimits, RepairContract
+
+    verifier = Verifier.build({"type": "object"}, limits=limits or ParseLimits())
+    env = RepairContract(verifier, Budgets(max_attempts=2, max_ops=max_ops), immutable)
+    return env, dataclasses.replace(env.initial_state(doc), done=False, outcome=None)
+
+
+@PROPS
+@given(
+    path=st.lists(_tokens, min_size=1, max_size=3),
+    source=st.lists(_tokens, max_size=3),
+    op=st.sampled_from(["add", "remove", "replace", "move", "copy", "test"]),
+    frozen=st.lists(_tokens, min_size=1, max_size=2),
+)
+@example(path=["a", "9" * 5000], source=[], op="add", frozen=["a", "0"])
+@example(path=["a", "9" * 5000], source=["a", "0"], op="move", frozen=["a", "1" + "0" * 4400])
+def test_any_pointer_token_gives_a_typed_outcome(path: list[str], source: list[str], op: str, frozen: list[str]) -> None:
+    from contractrl.validators.pointer import format_pointer
+
+    env, state = _open_env({"a": [1, 2, {"b": [3]}]}, immutable=(format_pointer(frozen),))
+    patch = [{"op": op, "path": format_pointer(path), "from": format_pointer(source), "value": 0}]
+    result = env.step(state, json.dumps(patch))
+    assert isinstance(result.outcome, Code)
+    if len(path) >= 2 and path[-1] in ("9" * 5000, "1" + "0" * 4400) and op in ("add", "replace", "remove", "test"):
+        assert result.outcome in (Code.PATH_UNAVAILABLE, Code.PATH_IMMUTABLE, Code.PATCH_MALFORMED)
+
+
+_paths = st.sampled_from(["/a", "/a/0", "/a/-", "/b", "/b/x", "/a/0/0", "/c"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    doc=st.fixed_dictionaries(
+        {"a": st.lists(st.text(max_size=30), min_size=1, max_size=4), "b": st.dictionaries(st.text(max_size=3), st.integers())}
+    ),
+    ops=st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {"op": st.sampled_from(["copy", "move"]), "from": st.sampled_from(["/a", "/b", "/a/0", ""]), "path": _paths}
+            ),
+            st.fixed_dictionaries({"op": st.sampled_from(["add", "replace"]), "path": _paths, "value": _instances}),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    max_bytes=st.integers(60, 3000),
+    max_depth=st.integers(2, 12),
+)
+def test_no_intermediate_document_exceeds_the_parser_limits(doc: Any, ops: list[Any], max_bytes: int, max_depth: int) -> None:
+    """Reference: the strict parser with the same limits must accept the canonical text of the result."""
+    from contractrl.validators import ParseLimits
+    from contractrl.validators.jsonvalue import canonical_json
+
+    limits = ParseLimits(max_bytes=max_bytes, max_depth=max_depth)
+    assume(parse_json_text(canonical_json(doc), limits).is_value)
+    env, state = _open_env(doc, limits)
+    result = env.step(state, json.dumps(ops))
+    if result.patched is not None:
+        reparsed = parse_json_text(canonical_json(result.patched), limits)
+        assert reparsed.is_value, (reparsed.code, reparsed.message)
+    else:
+        assert result.state.candidate is doc
+
+
+def test_self_copies_stop_at_the_size_limit_quickly() -> None:
+    """The reported instance: 40 copies of /big into itself used to take 30 s and 3 GB."""
+    import time
+
+    env, state = _open_env({"big": [1]})
+    for path in ("/big/-", "/big/0"):
+        start = time.perf_counter()
+        result = env.step(state, json.dumps([{"op": "copy", "from": "/big", "path": path}] * 40))
+        assert result.outcome is Code.TOO_LARGE and result.patched is None
+        assert time.perf_counter() - start < 20  # a hang guard, not a speed figure (see benchmarks/RESULTS.md)
+    env, state = _open_env({"a": 1}, max_ops=80)
+    result = env.step(state, json.dumps([{"op": "copy", "from": "", "path": "/a"}] * 70))
+    assert result.outcome is Code.TOO_DEEP and "operation 63" in result.record.message
+
+
+@PROPS
+@given(old=_instances, new=_instances)
+@example(old=1, new=1.0)
+@example(old={"n": [0]}, new={"n": [0.0]})
+@example(old=True, new=1)
+def test_whole_objects_keep_immutable_values_in_type_and_value(old: Any, new: Any) -> None:
+    from contractrl.validators.jsonvalue import canonical_json
+
+    env, state = _open_env({"id": old, "x": 0}, immutable=("/id",))
+    result = env.step_object(state, json.dumps({"id": new, "x": 1}))
+    same = canonical_json(old) == canonical_json(new)  # reference: the exact JSON text of the value
+    assert (result.outcome is not Code.PATH_IMMUTABLE) == same, (old, new, result.outcome)

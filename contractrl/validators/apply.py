@@ -5,6 +5,13 @@ first time they are touched), so a failed patch leaves the input exactly as it w
 one shares every untouched subtree with it. Values from the patch are deep-copied on insertion so
 the patched object never aliases the patch. The dynamic half of the action mask lives here, since
 whether a path exists depends on the operations before it.
+
+Every intermediate document stays within the parser's limits (:class:`ParseLimits`): the op
+budget bounds the number of operations, not their cost, and forty ``copy`` operations of a value
+into itself would double the document forty times. Sizes are tracked per operation (the document
+is measured once, then each insertion and removal adjusts it), so a patch that would grow the
+document past ``max_bytes`` or nest it past ``max_depth`` stops with ``too_large``/``too_deep``
+before the copy is made.
 """
 
 from __future__ import annotations
@@ -13,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .codes import Code
-from .jsonvalue import deep_copy, json_equal
+from .jsonvalue import deep_copy, json_equal, json_size_depth
 from .patch import PatchOp
 from .pointer import Tokens, array_index, resolve
+from .strict_json import DEFAULT_LIMITS, ParseLimits
 
 _ABSENT = object()
 
@@ -45,11 +53,32 @@ class _Failure(Exception):
 
 
 class _CowDocument:
-    def __init__(self, document: Any) -> None:
+    def __init__(self, document: Any, limits: ParseLimits) -> None:
         self.root = document
         self._owned: set[int] = set()
         self._keep: list[Any] = []  # owned containers stay alive so their ids are never reused
         self.touched: list[Tokens] = []
+        self.limits = limits
+        self.size: int | None = None  # measured on the first insertion
+
+    def grow(self, tokens: Tokens, value: Any, ptr: str, removed: Any = _ABSENT) -> None:
+        """Account for ``value`` inserted at ``tokens`` (replacing ``removed``); refuse past the limits."""
+        limits = self.limits
+        if self.size is None:
+            self.size = json_size_depth(self.root, limits.max_bytes)[0]
+        budget = limits.max_bytes - self.size
+        added, depth = json_size_depth(value, max(budget, 0) + 1)
+        if removed is not _ABSENT:
+            added -= json_size_depth(removed)[0]
+        if len(tokens) + depth > limits.max_depth:
+            raise _Failure(Code.TOO_DEEP, f"the document would nest deeper than {limits.max_depth}", ptr)
+        if added > budget:
+            raise _Failure(Code.TOO_LARGE, f"the document would grow past {limits.max_bytes} bytes", ptr)
+        self.size += added
+
+    def shrink(self, value: Any) -> None:
+        if self.size is not None:
+            self.size -= json_size_depth(value)[0]
 
     def _own(self, node: Any) -> Any:
         if id(node) in self._owned:
@@ -78,17 +107,20 @@ class _CowDocument:
             node = child
         return node
 
-    def add(self, tokens: Tokens, value: Any, ptr: str) -> None:
+    def add(self, tokens: Tokens, value: Any, ptr: str, *, copy: bool = False) -> None:
+        """Insert ``value`` (a deep copy of it with ``copy``, made only after the size check passed)."""
         parent = self.container(tokens[:-1], ptr)
         last = tokens[-1]
         if type(parent) is dict:
-            parent[last] = value
+            self.grow(tokens, value, ptr, parent.get(last, _ABSENT))
+            parent[last] = deep_copy(value) if copy else value
             self.touched.append(tokens)
             return
         index = array_index(last, len(parent), allow_end=True)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"array index {last!r} is out of range at {ptr!r}", ptr)
-        parent.insert(index, value)
+        self.grow(tokens, value, ptr)
+        parent.insert(index, deep_copy(value) if copy else value)
         self.touched.append((*tokens[:-1], str(index)))
 
     def remove(self, tokens: Tokens, ptr: str) -> Any:
@@ -98,11 +130,13 @@ class _CowDocument:
             if last not in parent:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
             self.touched.append(tokens)
+            self.shrink(parent[last])
             return parent.pop(last)
         index = array_index(last, len(parent), allow_end=False)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
         self.touched.append(tokens)
+        self.shrink(parent[index])
         return parent.pop(index)
 
     def replace(self, tokens: Tokens, value: Any, ptr: str) -> None:
@@ -111,11 +145,13 @@ class _CowDocument:
         if type(parent) is dict:
             if last not in parent:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to replace at {ptr!r}", ptr)
+            self.grow(tokens, value, ptr, parent[last])
             parent[last] = value
         else:
             index = array_index(last, len(parent), allow_end=False)
             if index is None:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to replace at {ptr!r}", ptr)
+            self.grow(tokens, value, ptr, parent[index])
             parent[index] = value
         self.touched.append(tokens)
 
@@ -123,9 +159,10 @@ class _CowDocument:
         return resolve(self.root, tokens, _ABSENT)
 
 
-def apply_patch(document: Any, ops: tuple[PatchOp, ...]) -> ApplyResult:
-    """Apply all of ``ops`` to a copy of ``document``, or none of them."""
-    doc = _CowDocument(document)
+def apply_patch(document: Any, ops: tuple[PatchOp, ...], limits: ParseLimits = DEFAULT_LIMITS) -> ApplyResult:
+    """Apply all of ``ops`` to a copy of ``document``, or none of them; no intermediate document
+    exceeds ``limits`` (the parser's size and depth bounds)."""
+    doc = _CowDocument(document, limits)
     for index, op in enumerate(ops):
         try:
             _apply_one(doc, op)
@@ -165,7 +202,7 @@ def _apply_one(doc: _CowDocument, op: PatchOp) -> None:
         if source is _ABSENT:
             raise _Failure(Code.MOVE_SOURCE_INVALID, f"'from' {op.from_!r} does not exist", op.from_)
         if op.op == "copy":
-            doc.add(tokens, deep_copy(source), op.path)
+            doc.add(tokens, source, op.path, copy=True)
         elif op.from_tokens != tokens:
             doc.remove(op.from_tokens, op.from_)
             doc.add(tokens, source, op.path)

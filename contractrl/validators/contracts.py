@@ -285,7 +285,7 @@ def _check_aggregate(rule: Aggregate, instance: Any) -> Found:
         total = sum(numbers, Fraction(0)) if rule.agg == "sum" else (min(numbers) if rule.agg == "min" else max(numbers))
     if not _OPS[rule.op](total, limit):
         target = canonical_json(limit_raw) if rule.limit_ptr is None else format_pointer(rule.limit_ptr)
-        shown = int(total) if total.denominator == 1 else float(total)
+        shown = _shown(total)
         yield (
             _error(
                 rule.id,
@@ -296,6 +296,16 @@ def _check_aggregate(rule: Aggregate, instance: Any) -> Found:
             ),
             False,
         )
+
+
+def _shown(total: Fraction) -> Any:
+    """An aggregate for a report: exact when it is a modest integer, else its nearest float."""
+    if total.denominator == 1 and total.numerator.bit_length() < 1000:
+        return int(total)
+    try:
+        return float(total)
+    except OverflowError:
+        return "beyond the float range"
 
 
 def _unique_key(value: Any) -> str:

@@ -246,6 +246,7 @@ def to_verifier_errors(instance: Any, raw: RawError) -> list[VerifierError]:
 
 _INT_LIKE = re.compile(r"[+-]?[0-9]+")
 _INT_START = frozenset("+-0123456789")
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]*")  # what str(int(key)) gives back, without converting
 
 
 def _has_lossy_key(instance: Any) -> bool:
@@ -260,7 +261,7 @@ def _has_lossy_key(instance: Any) -> bool:
         node = stack.pop()
         if isinstance(node, dict):
             for key, value in node.items():
-                if key == "" or (key[0] in _INT_START and _INT_LIKE.fullmatch(key) and str(int(key)) != key):
+                if key == "" or (key[0] in _INT_START and _INT_LIKE.fullmatch(key) and not _CANONICAL_INT.fullmatch(key)):
                     return True
                 if isinstance(value, (dict, list)):
                     stack.append(value)

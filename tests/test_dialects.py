@@ -211,8 +211,10 @@ def test_refs_resolve_like_the_backends() -> None:
         normalize_schema({"$defs": {"a b": {"not": {"$ref": "#/$defs/a%20b"}}}, "$ref": "#/$defs/a%20b"})
     with pytest.raises(SchemaCompileError, match="only the root"):
         normalize_schema({"properties": {"a": {"$id": "http://x.example/y", "$ref": "#/$defs/z", "$defs": {"z": {}}}}})
-    out = normalize_schema({"properties": {"a": {"$id": "http://x.example/y"}}}, lenient=True)
-    assert out.schema["properties"]["a"] == {} and "only the root" in out.notes[0]
+    out = normalize_schema({"properties": {"a": {"$id": "http://x.example/y", "$ref": "#"}}}, lenient=True)
+    assert out.schema["properties"]["a"] == {"$ref": "#"} and "only the root" in out.notes[0]
+    # without a reference under it an inner $id changes nothing and is kept
+    assert normalize_schema({"properties": {"a": {"$id": "http://x.example/y"}}}).schema["properties"]["a"]["$id"]
 
 
 def test_two_source_keywords_for_one_target_merge_or_refuse() -> None:

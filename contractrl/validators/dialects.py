@@ -11,12 +11,13 @@ drop is recorded in ``notes``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote
 
 from ..errors import SchemaCompileError
+from . import ecma_regex
 from .jsonvalue import canonical_json, json_type_name, sha256_json
 from .pointer import PointerSyntaxError, escape_token, format_pointer, parse_pointer, resolve
 
@@ -185,9 +186,9 @@ class _Normalizer:
             if not isinstance(value, dict):
                 raise SchemaCompileError(f"{key!r} must be an object", here)
             if key == "patternProperties":
-                for pattern in value:
-                    self._pattern(pattern, here)
+                value = {self._pattern(pattern, here): sub for pattern, sub in value.items()}
             target = "$defs" if key == "definitions" else key
+            out.setdefault(target, {})  # an empty map is kept: it changes how backends locate errors
             for name, sub in value.items():
                 where = f"{here}/{escape_token(name)}"
                 self._merge(out, target, name, self.node(sub, where, depth + 1), where)
@@ -215,9 +216,9 @@ class _Normalizer:
             out[key] = self._ref(value, here)
         elif key == "$schema":
             out[key] = value
-        elif key in ("$id", "id") and depth > 0 and (key == "$id" or self.dialect == "draft-04"):
+        elif key in ("$id", "id") and depth > 0 and (key == "$id" or self.dialect == "draft-04") and _has_ref(parent):
             # an inner $id moves the base every '#...' reference under it resolves against
-            self.fail(f"{key!r} inside a subschema changes how references resolve; only the root may have one", here)
+            self.fail(f"{key!r} inside a subschema with a $ref changes how the reference resolves; only the root may", here)
         elif key == "id" and self.dialect == "draft-04" and isinstance(value, str):
             out["$id"] = value
         elif key == "dependentRequired":
@@ -283,13 +284,24 @@ class _Normalizer:
             raise SchemaCompileError(f"{name!r} is defined twice ('definitions' and '$defs') with different schemas", where)
 
     def _pattern(self, value: Any, here: str) -> str:
+        """An ECMA-262 pattern both backends read alike, in the form jsonschema-rs compiles.
+
+        Python-only syntax (``(?i)``, ``\\A``), syntax the engines run differently
+        (backreferences) and patterns jsonschema-rs cannot compile are refused here, so the two
+        backends never disagree about which schemas compile. ``\\b``/``\\B`` are rewritten as ASCII
+        lookarounds (noted), since jsonschema-rs reads them as Unicode word boundaries.
+        """
         if not isinstance(value, str):
             raise SchemaCompileError(f"pattern must be a string, got {value!r}", here)
         try:
-            re.compile(value)
-        except re.error as exc:
-            raise SchemaCompileError(f"pattern {value!r} is not a valid regular expression: {exc}", here) from exc
-        return value
+            out = ecma_regex.portable(value)
+        except ecma_regex.EcmaSyntaxError as exc:
+            raise SchemaCompileError(f"pattern {value!r} is not a valid regular expression (ECMA-262): {exc}", here) from exc
+        if not _rs_compiles(out):
+            raise SchemaCompileError(f"pattern {value!r} is not a regular expression jsonschema-rs can compile", here)
+        if out != value:
+            self.notes.append(f"{here}: word boundaries in pattern {value!r} made explicit (ASCII, as ECMA-262 defines them)")
+        return out
 
     def _ref(self, value: Any, here: str) -> str:
         if not isinstance(value, str) or not value.startswith("#"):
@@ -308,6 +320,31 @@ class _Normalizer:
         if not ok:
             self.notes.append(f"{ptr}/default: BFCL default {out['default']!r} is not of type {declared} (removed)")
             del out["default"]
+
+
+def _has_ref(node: Any) -> bool:
+    """Whether a ``$ref`` key occurs anywhere under ``node`` (over-approximated: data counts too)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "$ref" in item:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+@lru_cache(maxsize=4096)
+def _rs_compiles(pattern: str) -> bool:
+    import jsonschema_rs
+
+    try:
+        jsonschema_rs.validator_for({"pattern": pattern})
+    except (jsonschema_rs.ValidationError, ValueError):
+        return False
+    return True
 
 
 def _walk_schemas(root: dict[str, Any]) -> dict[str, Any]:

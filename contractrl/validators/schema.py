@@ -101,7 +101,12 @@ _QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
 
 class PythonBackend:
-    """python-jsonschema Draft202012Validator with its format checker: the reference.
+    """python-jsonschema Draft202012Validator: the reference, with the standard's regexes and formats.
+
+    Patterns are ECMA-262 and time-bounded, ``email`` is RFC 5321 and ``regex`` is ECMA-262
+    syntax (:mod:`.python_reference`), so this backend refuses what the standard refuses. A
+    validation whose regex searches run past their budget is a refusal (``pattern_mismatch`` at
+    the root), never a verdict guessed from a partial search.
 
     Imported on first use: its format checkers take seconds to import (they build grammars), a
     cost the default ``rs`` path and every short CLI call should not pay.
@@ -112,18 +117,36 @@ class PythonBackend:
     def __init__(self, schema: dict[str, Any] | bool) -> None:
         import jsonschema
 
-        cls = jsonschema.Draft202012Validator
+        from .python_reference import format_checker, multiple_of
+
+        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": multiple_of})
         try:
             cls.check_schema(schema)
         except jsonschema.SchemaError as exc:
             raise SchemaCompileError(f"schema is not valid Draft 2020-12: {exc.message}") from exc
-        self._validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        self._validator = cls(schema, format_checker=format_checker())
 
     def is_valid(self, instance: Any) -> bool:
-        return self._validator.is_valid(instance)
+        from .ecma_regex import RegexTimeout
+        from .python_reference import ecma_patterns
+
+        try:
+            with ecma_patterns():
+                return self._validator.is_valid(instance)
+        except RegexTimeout:
+            return False
 
     def raw_errors(self, instance: Any) -> Iterator[RawError]:
-        for error in self._validator.iter_errors(instance):
+        from .ecma_regex import RegexTimeout
+        from .python_reference import ecma_patterns
+
+        try:
+            with ecma_patterns():
+                errors = list(self._validator.iter_errors(instance))
+        except RegexTimeout as exc:
+            yield RawError("pattern", (), f"(a pattern whose search ran past its time budget: {exc})")
+            return
+        for error in errors:
             keyword = error.validator if error.validator is not None else "false"
             names: tuple[str, ...] = ()
             inst = error.instance
@@ -139,9 +162,11 @@ class PythonBackend:
 
 
 def _extra_properties(instance: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    from .ecma_regex import search
+
     props = schema.get("properties", {})
-    patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
-    return [k for k in instance if k not in props and not any(p.search(k) for p in patterns)]
+    patterns = list(schema.get("patternProperties", {}))
+    return [k for k in instance if k not in props and not any(search(p, k) for p in patterns)]
 
 
 _KEYWORD_CODES: dict[str, Code] = {

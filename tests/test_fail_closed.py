@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 import jsonschema_rs
+import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -369,3 +370,72 @@ def test_whole_objects_keep_immutable_values_in_type_and_value(old: Any, new: An
     result = env.step_object(state, json.dumps({"id": new, "x": 1}))
     same = canonical_json(old) == canonical_json(new)  # reference: the exact JSON text of the value
     assert (result.outcome is not Code.PATH_IMMUTABLE) == same, (old, new, result.outcome)
+
+
+# --------------------------------------------------------------------------------------------
+# Patterns: both backends read ECMA-262 (reference: regress, Rust's ECMA-262 engine), in bounded time
+# --------------------------------------------------------------------------------------------
+
+_ALPHABET = ["a", "b", "-", "1", "_", " ", "é", "\n", "\r", "\u2028", "\u0661", "\ufeff", "\x1c"]
+_ATOMS = [
+    "a", "b", "-", "é", ".", "\\d", "\\D", "\\w", "\\W", "\\s", "\\S", "\\b", "\\B", "[ab]", "[^a\\d]", "[a-c\\s]", "[^]",
+    "\\n", "\\u0661", "\\x61", "\\/", "[-a]", "[\\w-]",
+]  # fmt: skip
+
+
+@st.composite
+def ecma_patterns(draw: st.DrawFn, depth: int = 0) -> str:
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["atom", "atom", "atom", "group", "look", "alt"] if depth < 2 else ["atom"]))
+        if kind == "atom":
+            part = draw(st.sampled_from(_ATOMS))
+        elif kind == "group":
+            part = draw(st.sampled_from(["(", "(?:"])) + draw(ecma_patterns(depth + 1)) + ")"
+        elif kind == "look":
+            parts.append(draw(st.sampled_from(["(?=", "(?!", "(?<=", "(?<!"])) + draw(ecma_patterns(depth + 1)) + ")")
+            continue
+        else:
+            part = "(?:" + draw(ecma_patterns(depth + 1)) + "|" + draw(ecma_patterns(depth + 1)) + ")"
+        if not part.startswith("\\b") and not part.startswith("\\B"):
+            part += draw(st.sampled_from(["", "", "", "*", "+", "?", "{1,2}", "*?", "{2}"]))
+        parts.append(part)
+    anchors = draw(st.sampled_from([("", ""), ("^", ""), ("", "$"), ("^", "$")]))
+    return anchors[0] + "".join(parts) + anchors[1]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pattern=ecma_patterns(), text=st.lists(st.sampled_from(_ALPHABET), max_size=8).map("".join))
+@example(pattern="^[a-z]+$", text="abc\n")
+@example(pattern="^\\d+$", text="\u0661")
+@example(pattern="^\\w+$", text="é")
+@example(pattern="é\\Bfoo", text="éfoo")
+def test_both_backends_match_patterns_as_ecma_262(pattern: str, text: str) -> None:
+    import regress
+
+    from contractrl.errors import SchemaCompileError
+
+    try:
+        expected = regress.Regex(pattern, "u").find(text) is not None
+    except regress.RegressError:
+        expected = None  # not ECMA-262: the schema must not compile
+    for backend in ("rs", "python"):
+        try:
+            verifier = Verifier.build({"type": "string", "pattern": pattern}, backend=backend)
+        except SchemaCompileError:
+            continue  # refusing a pattern is always safe
+        assert expected is not None, (pattern, backend)
+        assert verifier.verify(text).accepted == expected, (pattern, text, backend)
+
+
+@pytest.mark.parametrize("pattern", ["^(a+)+$", "^(a|aa)+$", "^(\\w+\\s?)*$", "(x+x+)+y"])
+def test_catastrophic_patterns_are_bounded_on_the_python_backend(pattern: str) -> None:
+    """python's re backtracked past 25 s on ^(a+)+$; both backends now answer, fail-closed, in bounded time."""
+    import time
+
+    text = "a" * 40 + "!" if "x" not in pattern else "x" * 40
+    for backend in ("rs", "python"):
+        start = time.perf_counter()
+        report = Verifier.build({"type": "string", "pattern": pattern}, backend=backend).verify(text)
+        assert not report.accepted and report.codes == (Code.PATTERN_MISMATCH,)
+        assert time.perf_counter() - start < 10  # a hang guard, not a speed figure

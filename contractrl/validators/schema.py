@@ -121,7 +121,7 @@ class PythonBackend:
 
         cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": multiple_of})
         try:
-            cls.check_schema(schema)
+            cls.check_schema(schema, format_checker=format_checker())  # patterns are ECMA-262, not Python re
         except jsonschema.SchemaError as exc:
             raise SchemaCompileError(f"schema is not valid Draft 2020-12: {exc.message}") from exc
         self._validator = cls(schema, format_checker=format_checker())

@@ -14,6 +14,8 @@ holds at freeze:
 - ``ledger_files``: ``{relative path: {"sha256", "bytes", "rows"}}`` for every shard and timing file,
   and nothing else may lie in the ledger folders;
 - ``ledger_format``: 2 (a frozen ledger without file digests is refused, not trusted);
+- ``manifest_sha256``: SHA-256 of the canonical manifest without itself and the HMAC, so an edit
+  of any other field (config, seed, labels) is refused too;
 - ``ledger_hmac`` (optional): HMAC-SHA256, keyed with ``$CONTRACTRL_LEDGER_KEY``, of the whole
   manifest without this field.
 
@@ -46,6 +48,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ContractRLError, InputFileError
 from ..validators.jsonvalue import canonical_json
+from ..validators.strict_json import ParseLimits, parse_json_text
 
 GENESIS = "0" * 64
 LEDGER_DIR = "ledger"
@@ -58,6 +61,7 @@ TIMING_FIELDS = frozenset({"wall_s", "gen_s"})
 UNHASHED_FIELDS = TIMING_FIELDS | {"row_hash", "prev_hash"}
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SHARD = re.compile(r"shard-[0-9]{5}\.parquet")
+_MANIFEST_LIMITS = ParseLimits(max_bytes=64 * 1024 * 1024, max_depth=256)
 _READ_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError, RuntimeError, TypeError, KeyError, IndexError)
 
 
@@ -95,6 +99,12 @@ def row_hash(prev_hash: str, row: dict[str, Any]) -> str:
 def ledger_digest(count: int, head: str) -> str:
     """The frozen digest: the chain head bound to the number of rows (an empty ledger has one too)."""
     return hashlib.sha256(f"{count}:{head}".encode()).hexdigest()
+
+
+def manifest_sha256(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the canonical manifest without its own ``manifest_sha256`` and ``ledger_hmac``."""
+    body = {k: v for k, v in manifest.items() if k not in ("manifest_sha256", "ledger_hmac")}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
 def manifest_hmac(manifest: dict[str, Any], key: bytes) -> str:
@@ -188,6 +198,7 @@ class LedgerWriter:
                 files[f"{folder}/{path.name}"] = {"sha256": sha, "bytes": size, "rows": pq.ParquetFile(path).metadata.num_rows}
         manifest = _read_manifest(self.run_dir)
         manifest.pop("ledger_hmac", None)
+        manifest.pop("manifest_sha256", None)
         manifest.update(
             {
                 "ledger_sha256": digest,
@@ -197,6 +208,7 @@ class LedgerWriter:
                 "ledger_files": files,
             }
         )
+        manifest["manifest_sha256"] = manifest_sha256(manifest)
         if secret is not None:
             manifest["ledger_hmac"] = manifest_hmac(manifest, secret)
         tmp = self.run_dir / (MANIFEST + ".tmp")
@@ -248,10 +260,12 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     _regular_file(path, MANIFEST)
-    try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise LedgerIntegrityError(f"{MANIFEST} is not valid JSON: {exc}", shard=MANIFEST, reason="manifest") from exc
+    parsed = parse_json_text(path.read_bytes(), _MANIFEST_LIMITS)  # strict: no duplicate keys, no NaN
+    if not parsed.is_value:
+        raise LedgerIntegrityError(
+            f"{MANIFEST} is not strict JSON ({parsed.code.value}: {parsed.message})", shard=MANIFEST, reason="manifest"
+        )
+    manifest = parsed.value
     if not isinstance(manifest, dict):
         raise LedgerIntegrityError(f"{MANIFEST} is not a JSON object", shard=MANIFEST, reason="manifest")
     return manifest
@@ -327,6 +341,12 @@ def _check_manifest_fields(manifest: dict[str, Any]) -> None:
         raise LedgerIntegrityError(
             f"manifest ledger_sha256 {manifest['ledger_sha256'][:16]}... is not the digest of its own ledger_rows={rows} "
             f"and ledger_head {manifest['ledger_head'][:16]}... (that is {expected[:16]}...): the manifest was edited",
+            reason="manifest",
+        )
+    own = manifest.get("manifest_sha256")
+    if own != manifest_sha256(manifest):
+        raise LedgerIntegrityError(
+            f"manifest_sha256 {str(own)[:16]}... is not the digest of the manifest's other fields: the manifest was edited",
             reason="manifest",
         )
     files = manifest.get("ledger_files")

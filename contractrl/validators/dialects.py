@@ -123,6 +123,9 @@ def normalize_schema(
     source = dialect or detect_dialect(schema)
     normalizer = _Normalizer(source, lenient, limits)
     out = normalizer.node(schema, "", 0)
+    for ref, where in normalizer.refs:  # a reference must name something in the schema as written
+        if ref != "#" and resolve(schema, parse_pointer(_ref_target(ref, where)), _NOTHING) is _NOTHING:
+            raise SchemaCompileError(f"$ref {ref!r} resolves to nothing in the schema as written", where)
     if isinstance(out, dict):
         out = {"$schema": DRAFT_2020_12, **{k: v for k, v in out.items() if k != "$schema"}}
         _check_refs(out, limits.max_depth)
@@ -136,6 +139,7 @@ class _Normalizer:
         self.limits = limits
         self.notes: list[str] = []
         self.nodes = 0
+        self.refs: list[tuple[str, str]] = []  # (source $ref, where): checked against the source document
 
     def fail(self, message: str, pointer: str) -> None:
         """Raise in strict mode; in lenient mode record why a part of the schema was dropped."""
@@ -306,6 +310,7 @@ class _Normalizer:
     def _ref(self, value: Any, here: str) -> str:
         if not isinstance(value, str) or not value.startswith("#"):
             raise SchemaCompileError(f"only local '#...' references are allowed, got {value!r}", here)
+        self.refs.append((value, here))
         if value.startswith("#/definitions/") or value == "#/definitions":
             return "#/$defs" + value[len("#/definitions") :]
         return value

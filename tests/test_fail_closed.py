@@ -439,3 +439,11 @@ def test_catastrophic_patterns_are_bounded_on_the_python_backend(pattern: str) -
         report = Verifier.build({"type": "string", "pattern": pattern}, backend=backend).verify(text)
         assert not report.accepted and report.codes == (Code.PATTERN_MISMATCH,)
         assert time.perf_counter() - start < 10  # a hang guard, not a speed figure
+
+
+def test_catastrophic_pattern_properties_are_a_typed_refusal_on_both_backends() -> None:
+    """Pattern searches also decide which properties are additional; a timeout there refuses too."""
+    schema = {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "string"}}, "additionalProperties": False}
+    for backend in ("rs", "python"):
+        report = Verifier.build(schema, backend=backend).verify({"a" * 40 + "!": 1})
+        assert not report.accepted and report.codes[0] in (Code.ADDITIONAL_PROPERTY, Code.PATTERN_MISMATCH)

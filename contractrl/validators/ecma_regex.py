@@ -49,6 +49,10 @@ class EcmaSyntaxError(ValueError):
 class RegexTimeout(Exception):
     """A search ran past the validation's regex time budget; the verdict must be a refusal."""
 
+    def __init__(self, pattern: str) -> None:
+        super().__init__(f"/{pattern[:60]}/ ran past the regex time budget")
+        self.pattern = pattern
+
 
 def _lit(char: str) -> str:
     """One code point as an unambiguous escape, valid inside and outside a character class."""
@@ -371,4 +375,4 @@ def search(pattern: str, text: str) -> bool:
     try:
         return _compiled(pattern).search(text, timeout=timeout) is not None
     except TimeoutError as exc:
-        raise RegexTimeout(f"/{pattern[:60]}/ ran past the regex time budget") from exc
+        raise RegexTimeout(pattern) from exc

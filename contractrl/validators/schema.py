@@ -141,24 +141,27 @@ class PythonBackend:
         from .python_reference import ecma_patterns
 
         try:
-            with ecma_patterns():
-                errors = list(self._validator.iter_errors(instance))
+            with ecma_patterns():  # the names of extra properties are found by pattern searches too
+                raws = [self._raw(error) for error in self._validator.iter_errors(instance)]
         except RegexTimeout as exc:
-            yield RawError("pattern", (), f"(a pattern whose search ran past its time budget: {exc})")
+            yield RawError("pattern", (), exc.pattern)  # located at the root: the search never finished
             return
-        for error in errors:
-            keyword = error.validator if error.validator is not None else "false"
-            names: tuple[str, ...] = ()
-            inst = error.instance
-            if keyword == "required" and isinstance(inst, dict):
-                names = tuple(r for r in error.validator_value if r not in inst)
-            elif keyword == "dependentRequired" and isinstance(inst, dict):
-                names = tuple(d for p, deps in error.validator_value.items() if p in inst for d in deps if d not in inst)
-            elif keyword == "additionalProperties" and isinstance(inst, dict):
-                names = tuple(_extra_properties(inst, error.schema))
-            elif keyword == "unevaluatedProperties":
-                names = tuple(_QUOTED.findall(error.message))
-            yield RawError(str(keyword), tuple(error.absolute_path), error.validator_value, names)
+        yield from raws
+
+    @staticmethod
+    def _raw(error: Any) -> RawError:
+        keyword = error.validator if error.validator is not None else "false"
+        names: tuple[str, ...] = ()
+        inst = error.instance
+        if keyword == "required" and isinstance(inst, dict):
+            names = tuple(r for r in error.validator_value if r not in inst)
+        elif keyword == "dependentRequired" and isinstance(inst, dict):
+            names = tuple(d for p, deps in error.validator_value.items() if p in inst for d in deps if d not in inst)
+        elif keyword == "additionalProperties" and isinstance(inst, dict):
+            names = tuple(_extra_properties(inst, error.schema))
+        elif keyword == "unevaluatedProperties":
+            names = tuple(_QUOTED.findall(error.message))
+        return RawError(str(keyword), tuple(error.absolute_path), error.validator_value, names)
 
 
 def _extra_properties(instance: dict[str, Any], schema: dict[str, Any]) -> list[str]:

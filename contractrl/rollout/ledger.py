@@ -194,8 +194,11 @@ class LedgerWriter:
         files = {}
         for folder in (LEDGER_DIR, TIMING_DIR):
             for path in sorted((self.run_dir / folder).iterdir()):
-                sha, size = _file_digest(path, f"{folder}/{path.name}")
-                files[f"{folder}/{path.name}"] = {"sha256": sha, "bytes": size, "rows": pq.ParquetFile(path).metadata.num_rows}
+                name = f"{folder}/{path.name}"
+                if not _SHARD.fullmatch(path.name):
+                    raise LedgerError(f"{name}: not a ledger file; the ledger folders hold only shard-NNNNN.parquet")
+                sha, size = _file_digest(path, name)
+                files[name] = {"sha256": sha, "bytes": size, "rows": len(_read_rows(path, self.run_dir))}
         manifest = _read_manifest(self.run_dir)
         manifest.pop("ledger_hmac", None)
         manifest.pop("manifest_sha256", None)

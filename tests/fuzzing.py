@@ -37,7 +37,7 @@ NAMES = ["a", "b", "start", "end", "n", "items", "enum", "const", "default", "$r
 DATES = [
     "2026-11-30T09:00:00Z", "2026-11-30t09:00:00z", "2026-12-01T10:00:00+01:00", "2016-12-31T23:59:60Z",
     "2016-12-31T12:00:60Z", "2026-12-01T10:00:00", "2026-02-29T00:00:00Z", "2026-12-01T10:00:00.123456789-00:00",
-    "2026-12-01", "2026-13-01", "not a date", "2026-12-01 10:00:00Z",
+    "2026-12-01", "2026-13-01", "not a date", "2026-12-01 10:00:00Z", "2026-12-01T10:00:00Z\n", "0000-01-01T00:00:00Z",
 ]  # fmt: skip
 NUMBERS = [0, 1, -1, 2, 0.1, 0.3, 0.30000000000000004, 1.5, 10**20, -(10**30), 1e-300, 2.5, 7, 1.0, True, None]
 STRINGS = [
@@ -298,7 +298,30 @@ def _reference_validator(schema: Any, draft: str) -> Any:
     if draft == "mixed":  # a draft-07 keyword means what draft 7 says, beside the 2020-12 ones
         keywords["dependencies"] = dependencies_draft4_draft6_draft7
     base = jsonschema.Draft202012Validator
-    return jsonschema.validators.extend(base, keywords)(schema, format_checker=base.FORMAT_CHECKER)
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checkers = {**base.FORMAT_CHECKER.checkers, "date-time": (_reference_date_time, ())}
+    return jsonschema.validators.extend(base, keywords)(schema, format_checker=checker)
+
+
+def _reference_date_time(value: Any) -> bool:
+    """RFC 3339 by ``rfc3339_validator`` (python-jsonschema's own checker), with what it lacks:
+    leap seconds (valid at 23:59:60 UTC), year 0000, and no trailing newline before its ``$``."""
+    from rfc3339_validator import validate_rfc3339
+
+    if not isinstance(value, str):
+        return True
+    text = value.upper()
+    if "\n" in text or len(text) < 20:
+        return False
+    if text.startswith("0000"):
+        text = "2000" + text[4:]  # both leap years in the proleptic Gregorian calendar
+    if text[17:19] != "60":
+        return validate_rfc3339(text)
+    base = text[:17] + "59" + text[19:]
+    if not validate_rfc3339(base):
+        return False
+    moment = _instant(base, "date-time")
+    return moment is not _ABSENT and (moment[0].hour, moment[0].minute, moment[0].second) == (23, 59, 59)
 
 
 def reference_schema_accepts(schema: Any, dialect: str, instance: Any) -> bool:
@@ -351,9 +374,9 @@ def _instant(text: Any, as_: str) -> Any:
 
 def _number(value: Any) -> Any:
     if type(value) is int:
-        return Decimal(value)
+        return Fraction(value)
     if type(value) is float:
-        return Decimal(repr(value))
+        return Fraction(repr(value))
     return _ABSENT
 
 
@@ -410,7 +433,7 @@ def reference_contract(contract: dict[str, Any], obj: Any) -> bool:
             if not isinstance(items, list) or _number(limit) is _ABSENT:
                 return False
             if rule["agg"] == "count":
-                total: Any = Decimal(len(items))
+                total: Any = Fraction(len(items))
             else:
                 values = [_number(_at(item, rule.get("field", ""))) for item in items]
                 if any(v is _ABSENT for v in values):
@@ -418,7 +441,7 @@ def reference_contract(contract: dict[str, Any], obj: Any) -> bool:
                 if not values and rule["agg"] != "sum":
                     continue
                 total = (
-                    sum(values, Decimal(0)) if rule["agg"] == "sum" else (min(values) if rule["agg"] == "min" else max(values))
+                    sum(values, Fraction(0)) if rule["agg"] == "sum" else (min(values) if rule["agg"] == "min" else max(values))
                 )
             if not _CMP[rule["op"]](total, _number(limit)):
                 return False

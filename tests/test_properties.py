@@ -842,6 +842,11 @@ AGREEMENTS = [
     pytest.param({"type": "string", "format": "email"}, '"john doe"@example.com', True, id="email-quoted-space"),
     pytest.param({"type": "string", "format": "email"}, "a..b@example.com", False, id="email-double-dot"),
     pytest.param({"type": "string", "format": "regex"}, "(?i)abc", False, id="regex-format-inline-flag"),
+    pytest.param({"type": "string", "format": "date-time"}, "2016-12-31T23:59:60Z", True, id="date-time-leap-second"),
+    pytest.param({"type": "string", "format": "date-time"}, "2016-12-31T12:00:60Z", False, id="date-time-misplaced-leap"),
+    pytest.param({"type": "string", "format": "date-time"}, "2026-12-01T10:00:00Z\n", False, id="date-time-trailing-newline"),
+    pytest.param({"type": "string", "format": "date-time"}, "0000-01-01T00:00:00Z", True, id="date-time-year-zero"),
+    pytest.param({"type": "string", "format": "time"}, "15:59:60-08:00", True, id="time-leap-second-with-offset"),
 ]
 
 

@@ -12,8 +12,9 @@ refuses. Two fixes live here:
 * :func:`multiple_of` decides ``multipleOf`` on the numbers' decimals, exactly: python-jsonschema
   divides floats and refused ``0.3`` as a multiple of ``0.1``, which the JSON text says it is.
 * :func:`format_checker` is python-jsonschema's checker with ``email`` as RFC 5321 mailboxes
-  (dot-atom or quoted local part, LDH labels, IPv4/IPv6 address literals) and ``regex`` as
-  ECMA-262 syntax, the rules jsonschema-rs applies.
+  (dot-atom or quoted local part, LDH labels, IPv4/IPv6 address literals), ``regex`` as
+  ECMA-262 syntax and ``date-time``/``date``/``time`` as RFC 3339 (leap seconds included, no
+  trailing newline), the rules jsonschema-rs applies.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import ecma_regex
+from .rfc3339 import parse_date, parse_date_time
 
 _ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("python_reference_ecma", default=False)
 
@@ -129,6 +131,21 @@ def is_email(value: object) -> bool:
     return len(domain) <= 255 and all(_label_ok(label) for label in domain.split("."))
 
 
+def is_date_time(value: object) -> bool:
+    """RFC 3339 ``date-time`` (:mod:`.rfc3339`): python-jsonschema's checker refused every leap second
+    and, through a ``$`` that matches before a trailing newline, accepted ``"...Z\\n"``."""
+    return not isinstance(value, str) or parse_date_time(value) is not None
+
+
+def is_date(value: object) -> bool:
+    return not isinstance(value, str) or parse_date(value) is not None
+
+
+def is_time(value: object) -> bool:
+    """RFC 3339 ``full-time``, read as the time of a day a leap second can end (as jsonschema-rs does)."""
+    return not isinstance(value, str) or parse_date_time("1970-01-01T" + value) is not None
+
+
 def is_ecma_regex(value: object) -> bool:
     """``format: regex``: valid ECMA-262 syntax, whatever the engines' differences in running it."""
     if not isinstance(value, str):
@@ -149,6 +166,9 @@ def _format_checker() -> Any:
     checker.checkers = dict(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
     checker.checkers["email"] = (is_email, ())
     checker.checkers["regex"] = (is_ecma_regex, ())
+    checker.checkers["date-time"] = (is_date_time, ())
+    checker.checkers["date"] = (is_date, ())
+    checker.checkers["time"] = (is_time, ())
     return checker
 
 

@@ -16,11 +16,13 @@ before the copy is made.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .codes import Code
-from .jsonvalue import deep_copy, json_equal, json_size_depth
+from .jsonvalue import deep_copy, json_equal
 from .patch import PatchOp
 from .pointer import Tokens, array_index, resolve
 from .strict_json import DEFAULT_LIMITS, ParseLimits
@@ -52,6 +54,43 @@ class _Failure(Exception):
         self.code, self.message, self.pointer = code, message, pointer
 
 
+_PLAIN = re.compile(r'[^"\\\x00-\x1f]*')  # ASCII text JSON writes as it is
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_bytes(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON text (what the parser's ``max_bytes`` counts), at C speed."""
+    t = type(value)
+    try:
+        if t is str and value.isascii() and _PLAIN.fullmatch(value):
+            return len(value) + 2
+        if t is int:
+            return len(str(value))
+        if t is float:
+            return len(repr(value))
+        if t is bool or value is None:
+            return 5
+        return len(_ENCODER.encode(value).encode("utf-8", "surrogatepass"))
+    except (RecursionError, ValueError):  # past the stack, or an int past str()'s 4,300 digits: never parsed text
+        return 1 << 62
+
+
+def _nesting_exceeds(value: Any, budget: int) -> bool:
+    """Whether ``value`` nests more than ``budget`` containers deep (iterative; stops at the budget)."""
+    if type(value) not in (dict, list):
+        return budget < 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if level > budget:
+            return True
+        children = node.values() if type(node) is dict else node
+        stack.extend((child, level + 1) for child in children if type(child) in (dict, list))
+    return False
+
+
 class _CowDocument:
     def __init__(self, document: Any, limits: ParseLimits) -> None:
         self.root = document
@@ -64,21 +103,18 @@ class _CowDocument:
     def grow(self, tokens: Tokens, value: Any, ptr: str, removed: Any = _ABSENT) -> None:
         """Account for ``value`` inserted at ``tokens`` (replacing ``removed``); refuse past the limits."""
         limits = self.limits
-        if self.size is None:
-            self.size = json_size_depth(self.root, limits.max_bytes)[0]
-        budget = limits.max_bytes - self.size
-        added, depth = json_size_depth(value, max(budget, 0) + 1)
-        if removed is not _ABSENT:
-            added -= json_size_depth(removed)[0]
-        if len(tokens) + depth > limits.max_depth:
+        if _nesting_exceeds(value, limits.max_depth - len(tokens)):
             raise _Failure(Code.TOO_DEEP, f"the document would nest deeper than {limits.max_depth}", ptr)
-        if added > budget:
+        if self.size is None:
+            self.size = _json_bytes(self.root)
+        added = _json_bytes(value) - (_json_bytes(removed) if removed is not _ABSENT else 0)
+        if self.size + added > limits.max_bytes:
             raise _Failure(Code.TOO_LARGE, f"the document would grow past {limits.max_bytes} bytes", ptr)
         self.size += added
 
     def shrink(self, value: Any) -> None:
         if self.size is not None:
-            self.size -= json_size_depth(value)[0]
+            self.size -= _json_bytes(value)
 
     def _own(self, node: Any) -> Any:
         if id(node) in self._owned:

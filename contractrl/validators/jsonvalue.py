@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
 from .pointer import escape_token
@@ -78,52 +77,6 @@ def _collect_leaves(value: Any, prefix: str, out: dict[str, Any]) -> None:
             _collect_leaves(v, f"{prefix}/{i}", out)
     else:
         out[prefix] = value
-
-
-_CONTROL = re.compile(r"[\x00-\x1f]")
-
-
-def _text_bytes(text: str) -> int:
-    """Bytes of ``text`` as a canonical JSON string, quotes and escapes included (an upper bound)."""
-    size = len(text.encode("utf-8", "surrogatepass")) + 2 + text.count('"') + text.count("\\")
-    if not text.isprintable():
-        size += 5 * len(_CONTROL.findall(text))
-    return size
-
-
-def json_size_depth(value: Any, max_bytes: int | None = None) -> tuple[int, int]:
-    """An upper bound of the canonical JSON size in bytes, and the bracket nesting depth.
-
-    Iterative, so any depth is safe; with ``max_bytes`` the walk stops as soon as the size passes
-    it, so measuring a hostile document costs at most the limit, not the document.
-    """
-    size = 0
-    depth = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, level = stack.pop()
-        t = type(node)
-        if t is dict:
-            level += 1
-            depth = max(depth, level)
-            size += 1 + max(len(node), 1)  # braces, colons and commas
-            for key, child in node.items():
-                size += _text_bytes(key)
-                stack.append((child, level))
-        elif t is list:
-            level += 1
-            depth = max(depth, level)
-            size += 1 + max(len(node), 1)
-            stack.extend((child, level) for child in node)
-        elif t is str:
-            size += _text_bytes(node)
-        elif t is int:
-            size += 2 + (node.bit_length() * 30103) // 100000  # sign and digits without str() (no 4,300-digit limit)
-        else:
-            size += 5 if t is bool or node is None else 24  # false / null; a float's repr is at most 24 characters
-        if max_bytes is not None and size > max_bytes:
-            break
-    return size, depth
 
 
 def canonical_json(value: Any) -> str:

@@ -292,8 +292,9 @@ class _Normalizer:
 
         Python-only syntax (``(?i)``, ``\\A``), syntax the engines run differently
         (backreferences) and patterns jsonschema-rs cannot compile are refused here, so the two
-        backends never disagree about which schemas compile. ``\\b``/``\\B`` are rewritten as ASCII
-        lookarounds (noted), since jsonschema-rs reads them as Unicode word boundaries.
+        backends never disagree about which schemas compile. ``\\d``/``\\w``/``\\s``, ``.`` and
+        ``\\b``/``\\B`` are spelled out as ASCII classes and lookarounds (noted), since jsonschema-rs
+        reads some of them as Unicode (see :mod:`.ecma_regex`).
         """
         if not isinstance(value, str):
             raise SchemaCompileError(f"pattern must be a string, got {value!r}", here)
@@ -304,7 +305,9 @@ class _Normalizer:
         if not _rs_compiles(out):
             raise SchemaCompileError(f"pattern {value!r} is not a regular expression jsonschema-rs can compile", here)
         if out != value:
-            self.notes.append(f"{here}: word boundaries in pattern {value!r} made explicit (ASCII, as ECMA-262 defines them)")
+            self.notes.append(
+                f"{here}: classes and word boundaries in pattern {value!r} spelled out (ASCII, as ECMA-262 defines them)"
+            )
         return out
 
     def _ref(self, value: Any, here: str) -> str:

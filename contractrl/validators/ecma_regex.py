@@ -12,8 +12,10 @@ and writes the same language in the syntax of the ``regex`` module, which can st
 after a time limit. Syntax whose meaning differs between engines is refused rather than guessed:
 backreferences (ECMA matches an unset group as empty, Python fails), inline flags, possessive
 quantifiers, quantified assertions, Python-only escapes. :func:`portable` gives the pattern the
-rs backend compiles: the source, except that ``\\b``/``\\B`` become explicit ASCII lookarounds,
-since jsonschema-rs reads them as Unicode word boundaries (it accepted ``é\\Bfoo`` on ``"éfoo"``).
+rs backend compiles: the source with ``\\d``/``\\w``/``\\s`` (and their negations), ``.`` and
+``\\b``/``\\B`` spelled out as explicit ASCII classes and lookarounds. jsonschema-rs reads ``\\b``
+as a Unicode word boundary (it accepted ``é\\Bfoo`` on ``"éfoo"``), and once a pattern has a
+lookaround its engine reads ``[\\w-]`` as Unicode too (it accepted ``é`` for ``((?!a))[\\w-]``).
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class _Translator:
                 quantifiable = False
             elif char == ".":
                 self.pos += 1
-                self.emit("[^\\n\\r\\u2028\\u2029]", ".")
+                self.emit("[^\\n\\r\\u2028\\u2029]")
                 quantifiable = True
             elif char in "*+?{":
                 if not quantifiable:
@@ -191,14 +193,13 @@ class _Translator:
         """An escape outside a class; returns whether a quantifier may follow it."""
         self.pos += 1
         char = self.peek()
-        source = "\\" + char
         if not char:
             raise self.fail("pattern ends with a lone backslash")
         self.pos += 1
-        if char in _CLASS_ESCAPES:
-            self.emit(f"[{_CLASS_ESCAPES[char]}]", source)
+        if char in _CLASS_ESCAPES:  # spelled out for rs too: its \\w is Unicode in some engine paths
+            self.emit(f"[{_CLASS_ESCAPES[char]}]")
         elif char.lower() in _CLASS_ESCAPES:
-            self.emit(f"[^{_CLASS_ESCAPES[char.lower()]}]", source)
+            self.emit(f"[^{_CLASS_ESCAPES[char.lower()]}]")
         elif char == "b":
             self.emit(_BOUNDARY)
             return False
@@ -281,12 +282,19 @@ class _Translator:
         return chr(code)
 
     def char_class(self) -> None:
-        start = self.pos
+        """A class, in regex V1 syntax for Python and with its class escapes spelled out for rs.
+
+        ECMA-262 has no class intersection, so a negated escape inside a class (``[a\\W]``,
+        ``[^\\D]``) becomes an alternation or lookaheads over explicit ASCII classes in the
+        portable form; jsonschema-rs then never meets a ``\\w`` whose meaning depends on its engine.
+        """
         self.pos += 1
         negated = self.peek() == "^"
         if negated:
             self.pos += 1
-        items: list[str] = []
+        items: list[str] = []  # regex V1
+        plain: list[str] = []  # portable members
+        complements: list[str] = []  # portable: members that are the complement of these ASCII sets
         while True:
             char = self.peek()
             if not char:
@@ -294,44 +302,66 @@ class _Translator:
             if char == "]":
                 self.pos += 1
                 break
-            low, low_is_char = self.class_atom()
+            atom_start = self.pos
+            low, low_kind = self.class_atom()
             if self.peek() == "-" and self.peek(1) not in ("]", ""):
                 self.pos += 1
-                high, high_is_char = self.class_atom()
-                if not (low_is_char and high_is_char):
+                high, high_kind = self.class_atom()
+                if low_kind != "char" or high_kind != "char":
                     raise self.fail("a class escape cannot bound a range")
                 if ord(low) > ord(high):
                     raise self.fail("class range out of order")
                 items.append(f"{_lit(low)}-{_lit(high)}")
-            else:
-                items.append(_lit(low) if low_is_char else low)
-        source = self.src[start : self.pos]
+                plain.append(self.src[atom_start : self.pos])
+            elif low_kind == "char":
+                items.append(_lit(low))
+                plain.append(self.src[atom_start : self.pos])
+            elif low_kind == "set":
+                items.append(f"[{low}]")
+                plain.append(low)
+            elif low_kind == "complement":
+                items.append(f"[^{low}]")
+                complements.append(low)
+            else:  # a property escape, the same in both syntaxes
+                items.append(low)
+                plain.append(low)
         if not items:
-            self.emit("[\\U00000000-\\U0010ffff]" if negated else "(?!)", source)  # [^] is any character, [] none
-        else:
-            self.emit(("[^" if negated else "[") + "".join(items) + "]", source)
+            # [^] is any character, [] none; written for rs as the union of a class and its complement
+            self.emit("[\\U00000000-\\U0010ffff]" if negated else "(?!)", "[\\s\\S]" if negated else "[^\\s\\S]")
+            return
+        python = ("[^" if negated else "[") + "".join(items) + "]"
+        members = "".join(plain)
+        if not complements:
+            self.emit(python, ("[^" if negated else "[") + members + "]")
+        elif not negated:  # any member, or outside one of the complemented sets
+            alternatives = ([f"[{members}]"] if members else []) + [f"[^{c}]" for c in complements]
+            self.emit(python, "(?:" + "|".join(alternatives) + ")")
+        else:  # no member, and inside every complemented set
+            guards = (f"(?![{members}])" if members else "") + "".join(f"(?=[{c}])" for c in complements[1:])
+            self.emit(python, f"(?:{guards}[{complements[0]}])")
 
-    def class_atom(self) -> tuple[str, bool]:
-        """One member of a class: (code point, True) or (a set in regex V1 syntax, False)."""
+    def class_atom(self) -> tuple[str, str]:
+        """One member of a class: (code point, "char"), or (set members, "set" / "complement" /
+        "property"); set members are plain ASCII ranges valid in both syntaxes."""
         char = self.src[self.pos]
         self.pos += 1
         if char != "\\":
-            return char, True
+            return char, "char"
         esc = self.peek()
         if not esc:
             raise self.fail("pattern ends with a lone backslash")
         self.pos += 1
         if esc in _CLASS_ESCAPES:
-            return f"[{_CLASS_ESCAPES[esc]}]", False
+            return _CLASS_ESCAPES[esc], "set"
         if esc.lower() in _CLASS_ESCAPES:
-            return f"[^{_CLASS_ESCAPES[esc.lower()]}]", False
+            return _CLASS_ESCAPES[esc.lower()], "complement"
         if esc in ("p", "P"):
-            return self.property(esc), False
+            return self.property(esc), "property"
         if esc == "b":
-            return "\b", True
+            return "\b", "char"
         if esc.isdigit() and esc != "0":
             raise self.fail("backreferences are refused")
-        return self.atom_escape(esc), True
+        return self.atom_escape(esc), "char"
 
 
 @lru_cache(maxsize=4096)

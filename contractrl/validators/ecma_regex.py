@@ -64,8 +64,12 @@ def _lit(char: str) -> str:
 class _Translator:
     """A single left-to-right pass over the pattern: ECMA-262 in, ``regex`` (V1) syntax out."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, syntax_only: bool = False) -> None:
         self.src = source
+        self.syntax_only = syntax_only  # format "regex": backreferences are valid syntax, only unrunnable
+        self.groups = 0
+        self.names: set[str] = set()
+        self.references: list[int | str] = []
         self.pos = 0
         self.out: list[str] = []  # regex-module syntax
         self.portable: list[str] = []  # the source with \b/\B made explicit
@@ -133,6 +137,9 @@ class _Translator:
                 quantifiable = True
         if self.depth:
             raise self.fail("unterminated group")
+        for ref in self.references:
+            if (ref not in self.names) if isinstance(ref, str) else (ref > self.groups):
+                raise self.fail(f"backreference to a group that does not exist: {ref}")
         return "(?V1)" + "".join(self.out), "".join(self.portable)
 
     def quantifier(self) -> None:
@@ -177,6 +184,8 @@ class _Translator:
             if not name or not (name[0].isalpha() or name[0] in "_$") or not all(c.isalnum() or c in "_$" for c in name):
                 raise self.fail("invalid group name")
             self.emit("(", self.src[self.pos : end + 1])
+            self.names.add(name)
+            self.groups += 1
             self.pos = end + 1
             quantifiable = True
         elif rest.startswith("(?"):
@@ -185,6 +194,7 @@ class _Translator:
             self.emit("(")
             self.pos += 1
             quantifiable = True
+            self.groups += 1
         self.depth += 1
         self._group_quantifiable.append(quantifiable)
         return False
@@ -210,11 +220,29 @@ class _Translator:
             self.emit(self.property(char), None)
             self.portable[-1] = self.src[self._prop_start : self.pos]
         elif (char.isdigit() and char != "0") or char == "k":
-            raise self.fail("backreferences are refused: ECMA-262 and Python disagree on unset groups")
+            if not self.syntax_only:
+                raise self.fail("backreferences are refused: ECMA-262 and Python disagree on unset groups")
+            self.backreference(char)
         else:
             self.emit(_lit(self.atom_escape(char)), None)
             self.portable[-1] = self.src[self._esc_start : self.pos]
         return True
+
+    def backreference(self, char: str) -> None:
+        """Record ``\\N`` or ``\\k<name>`` (syntax-only mode), checked against the groups at the end."""
+        if char == "k":
+            end = self.src.find(">", self.pos)
+            if self.peek() != "<" or end == -1:
+                raise self.fail("\\k needs <name>")
+            self.references.append(self.src[self.pos + 1 : end])
+            self.pos = end + 1
+        else:
+            digits = char
+            while self.peek().isdigit():
+                digits += self.peek()
+                self.pos += 1
+            self.references.append(int(digits))
+        self.emit("")
 
     def property(self, char: str) -> str:
         self._prop_start = self.pos - 2
@@ -254,8 +282,8 @@ class _Translator:
             return self.unicode_escape()
         if char in _SYNTAX or char == "-":
             return char
-        if char.isascii() and not char.isalnum() and char != "_":
-            return char  # an identity escape of punctuation: a literal in every engine
+        if char.isascii() and not char.isalnum():
+            return char  # an identity escape of ASCII punctuation, space or control: a literal in every engine
         raise self.fail(f"unknown escape \\{char}")
 
     def unicode_escape(self) -> str:
@@ -381,6 +409,16 @@ def translate(pattern: str) -> tuple[str, str]:
 @lru_cache(maxsize=4096)
 def _compiled(pattern: str) -> Any:
     return regex.compile(translate(pattern)[0])
+
+
+def is_valid_syntax(pattern: str) -> bool:
+    """Whether ``pattern`` is ECMA-262 as jsonschema-rs reads ``format: regex``: the syntax
+    :func:`translate` accepts, plus backreferences to groups that exist."""
+    try:
+        _Translator(pattern, syntax_only=True).run()
+    except EcmaSyntaxError:
+        return False
+    return True
 
 
 def portable(pattern: str) -> str:

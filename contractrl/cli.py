@@ -338,14 +338,18 @@ def _thresholds(text: str) -> tuple[float, ...]:
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    from .rollout.ledger import LedgerIntegrityError, read_ledger
+    """Exit 0 with the ledger's digests, or 1 with a typed refusal: the reason, the file at fault
+    and the first bad row where one can be named. Nothing a ledger folder holds ends in a traceback."""
+    from .rollout.ledger import LedgerError, LedgerIntegrityError, verify_ledger
 
     try:
-        rows = read_ledger(args.run_dir)
+        _emit(verify_ledger(args.run_dir))
     except LedgerIntegrityError as exc:
-        _emit({"ok": False, "first_bad_row": exc.row, "error": str(exc)})
+        _emit(exc.to_dict())
         return EXIT_REJECTED
-    _emit({"ok": True, "rows": len(rows)})
+    except LedgerError as exc:  # not frozen, a bad key: still a refusal of this ledger
+        _emit({"ok": False, "reason": "ledger", "shard": None, "first_bad_row": None, "error": str(exc)})
+        return EXIT_REJECTED
     return EXIT_OK
 
 
@@ -510,7 +514,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ledger = sub.add_parser("ledger", help="ledger tools")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
-    verify = ledger_sub.add_parser("verify", help="exit 0 if the hash chain and the frozen digest hold, 1 otherwise")
+    verify = ledger_sub.add_parser(
+        "verify",
+        help="exit 0 if every file digest, the hash chain, the frozen digest (and the HMAC, with a key) hold, 1 otherwise",
+    )
     verify.add_argument("run_dir")
     verify.set_defaults(func=cmd_ledger_verify)
 

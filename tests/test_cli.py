@@ -178,3 +178,48 @@ def test_patch_on_an_already_valid_call_is_still_checked(files: dict[str, Path],
     args = ["patch", "--schema", str(files["schema"]), "--call", str(files["good"]), "--patch", str(files["patch"])]
     status, out = _run(capsys, *args)
     assert status == 1 and out["outcome"] == "wrong_type"
+
+
+@pytest.mark.parametrize(
+    ("text", "outcome"),
+    [
+        ("ABSTAIN", "abstain"),
+        ("ABSTAIN: the request does not say", "abstain"),
+        ("I'm sorry, I cannot change this call.", "refusal"),
+        ('[{"op": "replace", "path": "/n/' + "9" * 5000 + '", "value": 1}]', "path_unavailable"),
+        ('[{"op": "add", "path": "/' + "1" * 4400 + '", "value": 1}]', "accepted"),
+        ('[{"op": "replace", "path": "/n", "value": 1e-400}]', "non_finite_number"),
+    ],
+)
+def test_patch_file_answers_are_read_like_model_text(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], text: str, outcome: str
+) -> None:
+    """A patch file is bytes: ABSTAIN and refusals are recognised, hostile pointers are typed outcomes."""
+    files["patch"].write_bytes(text.encode())
+    schema = files["schema"]
+    if outcome == "accepted":  # a digit-named key is an object key, not an index: allowed by an open schema
+        schema = files["schema"].with_name("open.json")
+        schema.write_text('{"type": "object"}')
+    code, out = _run(capsys, "patch", "--schema", str(schema), "--call", str(files["good"]), "--patch", str(files["patch"]))
+    assert out["outcome"] == outcome
+    assert code == (0 if outcome == "accepted" else 1)
+
+
+def test_check_refuses_an_end_before_start_in_lower_case_rfc3339(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported instance, on the shipped example: lower-case separators no longer skip the rule."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "calendar"
+    call = json.loads((example / "call.json").read_text())
+    call.update(start="2026-12-01t10:00:00z", end="2026-11-30t09:00:00z", reminder_minutes=15, visibility="busy")
+    path = tmp_path / "call.json"
+    path.write_text(json.dumps(call))
+    code, out = _run(
+        capsys,
+        "check",
+        "--schema",
+        str(example / "schema.json"),
+        "--call",
+        str(path),
+        "--contract",
+        str(example / "contract.json"),
+    )
+    assert code == 1 and [e["code"] for e in out["errors"]] == ["cross_field"]

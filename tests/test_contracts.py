@@ -70,10 +70,62 @@ def test_each_rule_kind_reports_cross_field_with_pointer(change: dict, pointer: 
     assert (pointer, f"cross_field [{rule}]") in _errors(instance)
 
 
-def test_rules_skip_absent_or_mistyped_operands() -> None:
-    assert RULES.check({"start": 5, "end": "2026-01-01T10:00:00Z", "lines": "nope"}) == []
-    # naive and aware date-times never compare: skipped rather than guessed
-    assert RULES.check({"start": "2026-01-01T11:00:00", "end": "2026-01-01T10:00:00Z"}) == []
+def test_rules_with_absent_operands_do_not_apply() -> None:
+    assert RULES.check({"count": 3}) == []
+
+
+@pytest.mark.parametrize(
+    ("instance", "pointer"),
+    [
+        ({"start": 5, "end": "2026-01-01T10:00:00Z"}, "/start"),
+        # a naive time is not RFC 3339: refused, never guessed and never skipped
+        ({"start": "2026-01-01T11:00:00", "end": "2026-01-01T10:00:00Z"}, "/start"),
+        ({"start": "2026-01-01T09:00:00Z", "end": "tomorrow"}, "/end"),
+        ({"count": "11"}, "/count"),
+        ({"lines": "nope", "total": 4}, "/lines"),
+        ({"lines": [{"sku": "a", "amount": "1"}], "total": 1}, "/lines/0/amount"),
+        ({"lines": [{"sku": "a"}], "total": 1}, "/lines/0/amount"),
+        ({"lines": [{"sku": "a", "amount": 1}], "total": "1"}, "/total"),
+        ({"lines": [{"sku": "a", "amount": True}], "total": 1}, "/lines/0/amount"),
+    ],
+)
+def test_operands_that_cannot_be_compared_are_refused(instance: dict, pointer: str) -> None:
+    found = RULES.check(instance)
+    assert (pointer, "cannot be checked") in [(e.pointer, e.message[-17:]) for e in found], found
+    assert all(e.code is Code.CROSS_FIELD for e in found)
+
+
+def test_lower_case_rfc3339_separators_are_compared_not_skipped() -> None:
+    """The reported instance: a valid RFC 3339 end before start, written in lower case."""
+    window = load_contract([{"kind": "compare", "left": "/start", "op": "<", "right": "/end", "as": "date-time"}])
+    assert window.check({"start": "2026-12-01t10:00:00z", "end": "2026-11-30t09:00:00z"})
+    assert window.check({"start": "2026-11-30t09:00:00z", "end": "2026-12-01T10:00:00+01:00"}) == []
+    # a leap second orders after :59 and before the next day
+    assert window.check({"start": "2016-12-31T23:59:59.9Z", "end": "2016-12-31T23:59:60Z"}) == []
+    assert window.check({"start": "2016-12-31T23:59:60.5Z", "end": "2017-01-01T00:00:00Z"}) == []
+    assert window.check({"start": "2017-01-01T00:00:00Z", "end": "2016-12-31T23:59:60Z"})
+    # a leap second anywhere but 23:59:60 UTC does not exist
+    assert window.check({"start": "2016-12-31T12:00:60Z", "end": "2017-01-01T00:00:00Z"})[0].expected.startswith("an RFC")
+
+
+def test_schema_errors_are_not_repeated_as_uncomparable_operands() -> None:
+    verifier = Verifier.build({"type": "object", "properties": {"count": {"type": "integer"}}}, RULES)
+    report = verifier.verify({"count": "x"})
+    assert [(e.code.value, e.pointer) for e in report.errors] == [("wrong_type", "/count")]
+    # without a schema error at the operand the contract itself refuses it
+    assert Verifier.build({"type": "object"}, RULES).verify({"count": "x"}).codes == (Code.CROSS_FIELD,)
+
+
+def test_sums_and_uniqueness_are_exact() -> None:
+    rules = load_contract(
+        [
+            {"kind": "aggregate", "array": "/l", "field": "/a", "agg": "sum", "op": "==", "limit": "/t"},
+            {"kind": "unique", "array": "/u"},
+        ]
+    )
+    assert rules.check({"l": [{"a": 0.1}, {"a": 0.2}], "t": 0.3, "u": [1, 2]}) == []
+    assert rules.check({"l": [{"a": 10**30}, {"a": 1}], "t": 10**30, "u": []})  # no tolerance hides the 1
+    assert [e.pointer for e in rules.check({"l": [], "t": 0, "u": [1, 1.0]})] == ["/u/1"]
 
 
 def test_equality_is_type_strict() -> None:

@@ -193,3 +193,43 @@ def test_arbitrary_schemas_compile_or_fail_with_a_typed_error(schema: object, le
         except SchemaCompileError:
             continue
         compiled.errors({"a": [1, "x", None]})
+
+
+def test_refs_are_found_by_keyword_position_not_by_name() -> None:
+    """Keys named enum/const/default/examples are schemas under $defs or properties, and walked."""
+    for name in ("enum", "const", "default", "examples"):
+        with pytest.raises(SchemaCompileError, match="cycle"):
+            normalize_schema({"$defs": {name: {"allOf": [{"$ref": f"#/$defs/{name}"}]}}, "$ref": f"#/$defs/{name}"})
+    # the value of enum is data, never a schema: a $ref into it is refused, not compiled
+    with pytest.raises(SchemaCompileError, match="does not name a subschema"):
+        normalize_schema({"enum": [{"type": "string"}], "$ref": "#/enum/0"})
+
+
+def test_refs_resolve_like_the_backends() -> None:
+    """Both backends percent-decode a fragment and resolve it against an inner $id; so must the checks."""
+    with pytest.raises(SchemaCompileError, match="cycle"):
+        normalize_schema({"$defs": {"a b": {"not": {"$ref": "#/$defs/a%20b"}}}, "$ref": "#/$defs/a%20b"})
+    with pytest.raises(SchemaCompileError, match="only the root"):
+        normalize_schema({"properties": {"a": {"$id": "http://x.example/y", "$ref": "#/$defs/z", "$defs": {"z": {}}}}})
+    out = normalize_schema({"properties": {"a": {"$id": "http://x.example/y", "$ref": "#"}}}, lenient=True)
+    assert out.schema["properties"]["a"] == {"$ref": "#"} and "only the root" in out.notes[0]
+    # without a reference under it an inner $id changes nothing and is kept
+    assert normalize_schema({"properties": {"a": {"$id": "http://x.example/y"}}}).schema["properties"]["a"]["$id"]
+
+
+def test_two_source_keywords_for_one_target_merge_or_refuse() -> None:
+    out = normalize_schema(
+        {
+            "dependencies": {"a": ["b"], "c": {"required": ["d"]}},
+            "dependentRequired": {"a": ["e"]},
+            "dependentSchemas": {"c": {"minProperties": 9}},
+        }
+    )
+    assert out.schema["dependentRequired"] == {"a": ["b", "e"]}
+    assert out.schema["dependentSchemas"]["c"] == {"allOf": [{"required": ["d"]}, {"minProperties": 9}]}
+    same = normalize_schema({"definitions": {"x": {"type": "integer"}}, "$defs": {"x": {"type": "integer"}}})
+    assert same.schema["$defs"] == {"x": {"type": "integer"}}
+    with pytest.raises(SchemaCompileError, match="defined twice"):
+        normalize_schema({"definitions": {"x": {"type": "integer"}}, "$defs": {"x": {"type": "string"}}})
+    with pytest.raises(SchemaCompileError, match="prefixItems"):
+        normalize_schema({"prefixItems": [{}], "items": [{}]})

@@ -53,9 +53,9 @@ APPLY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthC
 FEW = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # --------------------------------------------------------------------------------------------
-# Fixed schemas. Patterns avoid `$`, `\d`, `\w` and `\s`: python-jsonschema evaluates them with
-# Python's `re`, jsonschema-rs with ECMA-262 semantics, and they disagree (see the pinned
-# divergences at the end of this file). `format` is avoided for the same reason.
+# Fixed schemas. (Patterns once avoided `$`, `\d`, `\w` and `\s`, on which python-jsonschema
+# and jsonschema-rs disagreed; the python backend now reads them as ECMA-262, see the agreement
+# tests at the end of this file.)
 # --------------------------------------------------------------------------------------------
 
 NESTED = {
@@ -821,26 +821,38 @@ def test_immutable_paths_never_change(backend: str, doc: Any, data: st.DataObjec
 
 
 # --------------------------------------------------------------------------------------------
-# Pinned backend divergences. The module promises reports that do not depend on the backend and
-# says verdicts may differ only where pinned; these are the places found so far where they do.
-# Each is expected to fail (strict), so fixing one flags the pin for removal.
+# Former backend divergences. python-jsonschema used Python's `re`, float division and an `@`
+# check for email; the python backend now reads patterns as ECMA-262, multipleOf on exact decimals
+# and email as RFC 5321, so both backends give the standard's verdict on each of these.
 # --------------------------------------------------------------------------------------------
 
-DIVERGENCES = [
-    pytest.param({"type": "string", "pattern": "^[a-z]+$"}, "abc\n", id="dollar-before-trailing-newline"),
-    pytest.param({"type": "string", "pattern": "^[0-9a-z]+$"}, "a\n", id="dollar-class-trailing-newline"),
-    pytest.param({"type": "string", "pattern": "^\\d+$"}, "١٢", id="unicode-digit"),
-    pytest.param({"type": "string", "pattern": "^\\w+$"}, "é", id="unicode-word"),
-    pytest.param({"type": "string", "pattern": "\\s"}, "\x1c", id="whitespace-x1c"),
-    pytest.param({"type": "string", "pattern": "\\s"}, "\ufeff", id="whitespace-bom"),
-    pytest.param({"type": "number", "multipleOf": 0.1}, 0.3, id="float-multipleOf"),
+AGREEMENTS = [
+    pytest.param({"type": "string", "pattern": "^[a-z]+$"}, "abc\n", False, id="dollar-before-trailing-newline"),
+    pytest.param({"type": "string", "pattern": "^[0-9a-z]+$"}, "a\n", False, id="dollar-class-trailing-newline"),
+    pytest.param({"type": "string", "pattern": "^\\d+$"}, "١٢", False, id="unicode-digit"),
+    pytest.param({"type": "string", "pattern": "^\\w+$"}, "é", False, id="unicode-word"),
+    pytest.param({"type": "string", "pattern": "\\s"}, "\x1c", False, id="whitespace-x1c"),
+    pytest.param({"type": "string", "pattern": "\\s"}, "\ufeff", True, id="whitespace-bom"),
+    pytest.param({"type": "string", "pattern": "^.$"}, "\r", False, id="dot-carriage-return"),
+    pytest.param({"type": "string", "pattern": "\\bfoo"}, "éfoo", True, id="ascii-word-boundary"),
+    pytest.param({"type": "string", "pattern": "é\\Bfoo"}, "éfoo", False, id="ascii-non-boundary"),
+    pytest.param({"type": "number", "multipleOf": 0.1}, 0.3, True, id="float-multipleOf"),
+    pytest.param({"type": "number", "multipleOf": 0.1}, 0.30000000000000004, False, id="float-multipleOf-off"),
+    pytest.param({"type": "string", "format": "email"}, "john doe@example.com", False, id="email-unquoted-space"),
+    pytest.param({"type": "string", "format": "email"}, '"john doe"@example.com', True, id="email-quoted-space"),
+    pytest.param({"type": "string", "format": "email"}, "a..b@example.com", False, id="email-double-dot"),
+    pytest.param({"type": "string", "format": "regex"}, "(?i)abc", False, id="regex-format-inline-flag"),
+    pytest.param({"type": "string", "format": "date-time"}, "2016-12-31T23:59:60Z", True, id="date-time-leap-second"),
+    pytest.param({"type": "string", "format": "date-time"}, "2016-12-31T12:00:60Z", False, id="date-time-misplaced-leap"),
+    pytest.param({"type": "string", "format": "date-time"}, "2026-12-01T10:00:00Z\n", False, id="date-time-trailing-newline"),
+    pytest.param({"type": "string", "format": "date-time"}, "0000-01-01T00:00:00Z", True, id="date-time-year-zero"),
+    pytest.param({"type": "string", "format": "time"}, "15:59:60-08:00", True, id="time-leap-second-with-offset"),
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="python-jsonschema uses Python `re`/float arithmetic, jsonschema-rs ECMA-262/tolerance")
-@pytest.mark.parametrize(("schema", "instance"), DIVERGENCES)
-def test_known_backend_verdict_divergences(schema: dict[str, Any], instance: Any) -> None:
-    """The two backends should agree; they do not on these (regex dialect, float multipleOf)."""
-    rs = Verifier.build(schema, backend="rs").verify(instance).to_dict()
-    py = Verifier.build(schema, backend="python").verify(instance).to_dict()
-    assert rs == py
+@pytest.mark.parametrize(("schema", "instance", "valid"), AGREEMENTS)
+def test_both_backends_give_the_standards_verdict(schema: dict[str, Any], instance: Any, valid: bool) -> None:
+    rs = Verifier.build(schema, backend="rs").verify(instance)
+    py = Verifier.build(schema, backend="python").verify(instance)
+    assert rs.to_dict() == py.to_dict()
+    assert rs.accepted == valid

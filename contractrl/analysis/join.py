@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ContractRLError
-from ..rollout.ledger import LEDGER_DIR, MANIFEST, read_ledger
+from ..rollout.ledger import LEDGER_DIR, MANIFEST, TIMING_FIELDS, read_ledger
 from ..tasks.offline import read_cases
 from .judge import Judge
 from .metrics import SCORED_SCHEMA, episode_metrics
@@ -66,6 +66,7 @@ class VerifiedRun:
     shards: tuple[str, ...]
     labels: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # case_id -> (trajectory, step)
+    timing: dict[str, dict[str, Any]] = field(default_factory=dict)  # row_hash -> wall-clock fields (not in the shards)
 
 
 def run_labels(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +92,8 @@ def verify_runs(run_dirs: Sequence[str | Path], progress: bool = False) -> list[
         manifest = json.loads((Path(run) / MANIFEST).read_text())
         steps = {case: (t, s) for t, chain in enumerate(manifest.get("trajectories") or []) for s, case in enumerate(chain)}
         shards = tuple(str(p.resolve()) for p in sorted((Path(run) / LEDGER_DIR).glob("shard-*.parquet")))
-        out.append(VerifiedRun(str(Path(run).resolve()), len(rows), shards, run_labels(manifest), steps))
+        timing = {row["row_hash"]: {k: row[k] for k in TIMING_FIELDS if k in row} for row in rows}
+        out.append(VerifiedRun(str(Path(run).resolve()), len(rows), shards, run_labels(manifest), steps, timing))
     return out
 
 
@@ -115,6 +117,7 @@ class EpisodeScorer:
         scored = []
         for row in batch.to_dict("records"):
             group, run = self.runs[str(row["path"])]
+            row.update(run.timing.get(row["row_hash"], {}))  # the shards hold no timings: the verified read did
             judge = self._judge(group)
             verdict = judge.verdict(row, strict=False)
             case_id = row["case_id"]

@@ -1,18 +1,44 @@
-"""The episode ledger: append-only parquet shards, a hash chain, and a freeze.
+"""The episode ledger: append-only parquet shards, a hash chain, a freeze, and a reader that refuses
+every modified byte.
 
 Every row carries the hash of its predecessor, so changing, dropping or reordering any row breaks
-every hash after it. Freezing writes the chain head (with the row count) into the run manifest as
-``ledger_sha256``; after that the ledger refuses writes, and a reader refuses a ledger whose chain
-or digest does not hold. Offline targets are joined only to a frozen, verified ledger.
+every hash after it. The chain covers decoded rows, not files: a flipped bit in parquet metadata or
+statistics changes no row, so the freeze also records each file's SHA-256 and size in the manifest,
+and the reader checks every file against that record *before* it reads one. What the manifest
+holds at freeze:
 
-Wall-clock fields are recorded but not hashed, so the same seed and config give the same digest on
-any machine and with any number of workers.
+- ``ledger_sha256``: the content digest, ``sha256("<rows>:<chain head>")``. It depends only on the
+  rows' hashed fields, so the same seed and config give the same digest on any machine, with any
+  number of workers (:data:`TIMING_FIELDS` are kept out of it);
+- ``ledger_rows``, ``ledger_head``: the two inputs of that digest, each cross-checked on read;
+- ``ledger_files``: ``{relative path: {"sha256", "bytes", "rows"}}`` for every shard and timing file,
+  and nothing else may lie in the ledger folders;
+- ``ledger_format``: 2 (a frozen ledger without file digests is refused, not trusted);
+- ``manifest_sha256``: SHA-256 of the canonical manifest without itself and the HMAC, so an edit
+  of any other field (config, seed, labels) is refused too;
+- ``ledger_hmac`` (optional): HMAC-SHA256, keyed with ``$CONTRACTRL_LEDGER_KEY``, of the whole
+  manifest without this field.
+
+What each mode protects against: without a key, every accidental or partial change (a bit flip,
+a truncated or replaced shard, an edited, added, dropped or reordered row, an edited manifest
+field, an extra file) is refused, but someone who can rewrite the manifest can rewrite the files
+and recompute every digest, since none of them is secret. With a key set when the ledger is frozen
+and when it is read, a ledger is accepted only if the manifest (config, seed, digests, file
+hashes) was sealed by someone holding the key; a reader with the key refuses an unsealed ledger.
+
+Wall-clock fields (:data:`TIMING_FIELDS`) differ from run to run, so they are not chained: they go
+to ``ledger-timing/`` beside the shards, one timing file per shard, bound to their rows by row
+hash and protected by the file digests. :func:`read_ledger` returns each row with them merged back.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
+import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +46,23 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ContractRLError
+from ..errors import ContractRLError, InputFileError
 from ..validators.jsonvalue import canonical_json
+from ..validators.strict_json import ParseLimits, parse_json_text
 
 GENESIS = "0" * 64
 LEDGER_DIR = "ledger"
+TIMING_DIR = "ledger-timing"
 MANIFEST = "manifest.json"
-UNHASHED_FIELDS = frozenset({"wall_s", "gen_s", "row_hash", "prev_hash"})
+LEDGER_FORMAT = 2
+KEY_ENV = "CONTRACTRL_LEDGER_KEY"
+# Wall-clock timings: recorded per row, never chained, stored and hashed in the timing files.
+TIMING_FIELDS = frozenset({"wall_s", "gen_s"})
+UNHASHED_FIELDS = TIMING_FIELDS | {"row_hash", "prev_hash"}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SHARD = re.compile(r"shard-[0-9]{5}\.parquet")
+_MANIFEST_LIMITS = ParseLimits(max_bytes=64 * 1024 * 1024, max_depth=256)
+_READ_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError, RuntimeError, TypeError, KeyError, IndexError)
 
 
 class LedgerError(ContractRLError):
@@ -38,11 +74,20 @@ class LedgerFrozenError(LedgerError):
 
 
 class LedgerIntegrityError(LedgerError):
-    """The hash chain or the frozen digest does not hold; ``row`` is the first bad row (0-based)."""
+    """The files, the hash chain, the digest or the manifest do not hold.
 
-    def __init__(self, message: str, row: int | None = None) -> None:
+    ``row`` is the first bad row (0-based) when one can be named, ``shard`` the file at fault
+    (relative to the run directory) when there is one, ``reason`` a short machine-readable cause.
+    """
+
+    def __init__(self, message: str, row: int | None = None, *, shard: str | None = None, reason: str = "integrity") -> None:
         super().__init__(message)
         self.row = row
+        self.shard = shard
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": False, "reason": self.reason, "shard": self.shard, "first_bad_row": self.row, "error": str(self)}
 
 
 def row_hash(prev_hash: str, row: dict[str, Any]) -> str:
@@ -56,6 +101,30 @@ def ledger_digest(count: int, head: str) -> str:
     return hashlib.sha256(f"{count}:{head}".encode()).hexdigest()
 
 
+def manifest_sha256(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the canonical manifest without its own ``manifest_sha256`` and ``ledger_hmac``."""
+    body = {k: v for k, v in manifest.items() if k not in ("manifest_sha256", "ledger_hmac")}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def manifest_hmac(manifest: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of the canonical manifest without its own ``ledger_hmac`` field."""
+    body = {k: v for k, v in manifest.items() if k != "ledger_hmac"}
+    return hmac.new(key, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def ledger_key(key: bytes | str | None = None) -> bytes | None:
+    """The HMAC key: the argument, else ``$CONTRACTRL_LEDGER_KEY``, else None (unkeyed)."""
+    if key is None:
+        key = os.environ.get(KEY_ENV) or None
+    if key is None:
+        return None
+    raw = key.encode("utf-8") if isinstance(key, str) else key
+    if len(raw) < 16:
+        raise LedgerError(f"the ledger key (${KEY_ENV}) must be at least 16 bytes")
+    return raw
+
+
 def _shard_name(index: int) -> str:
     return f"shard-{index:05d}.parquet"
 
@@ -64,25 +133,29 @@ class LedgerWriter:
     """Appends rows to a run directory's ledger in order; one writer per run.
 
     Rows are plain dicts of JSON values. Nested values are stored as canonical JSON text so that the
-    parquet schema stays flat and readable with pandas.
+    parquet schema stays flat and readable with pandas. :data:`TIMING_FIELDS` go to the timing file.
     """
 
     def __init__(self, run_dir: str | Path, shard_rows: int = 1000) -> None:
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / LEDGER_DIR
+        self.timing_dir = self.run_dir / TIMING_DIR
         if _read_manifest(self.run_dir).get("ledger_sha256"):
             raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.timing_dir.mkdir(parents=True, exist_ok=True)
         self.shard_rows = shard_rows
         self._frozen = False
         self._pending: list[dict[str, Any]] = []
+        self._pending_timing: list[dict[str, Any]] = []
         existing = sorted(self.dir.glob("shard-*.parquet"))
         self._next_shard = len(existing)
         self.count = 0
         self.head = GENESIS
-        for row in _iter_rows(existing):  # resume: continue the chain where it stopped
-            self.count += 1
-            self.head = row["row_hash"]
+        for shard in existing:  # resume: continue the chain where it stopped
+            for row in _read_rows(shard, self.run_dir):
+                self.count += 1
+                self.head = row["row_hash"]
 
     def append(self, row: dict[str, Any]) -> str:
         """Chain and buffer one row; returns its hash."""
@@ -91,11 +164,12 @@ class LedgerWriter:
         if "row_hash" in row or "prev_hash" in row:
             raise LedgerError("rows must not carry their own chain fields")
         # hash exactly what is stored, so a reader recomputes the same chain from the file
-        chained = {**{k: _cell(v) for k, v in row.items()}, "prev_hash": self.head}
+        chained = {**{k: _cell(v) for k, v in row.items() if k not in TIMING_FIELDS}, "prev_hash": self.head}
         chained["row_hash"] = row_hash(self.head, chained)
         self.head = chained["row_hash"]
         self.count += 1
         self._pending.append(chained)
+        self._pending_timing.append({"row_hash": self.head, **{k: row[k] for k in sorted(TIMING_FIELDS) if k in row}})
         if len(self._pending) >= self.shard_rows:
             self.flush()
         return self.head
@@ -103,18 +177,46 @@ class LedgerWriter:
     def flush(self) -> None:
         if not self._pending:
             return
-        table = pa.Table.from_pylist(self._pending)
-        pq.write_table(table, self.dir / _shard_name(self._next_shard), compression="zstd")
+        name = _shard_name(self._next_shard)
+        pq.write_table(pa.Table.from_pylist(self._pending), self.dir / name, compression="zstd")
+        pq.write_table(pa.Table.from_pylist(self._pending_timing), self.timing_dir / name, compression="zstd")
         self._next_shard += 1
         self._pending = []
+        self._pending_timing = []
 
-    def freeze(self) -> str:
-        """Flush, write ``ledger_sha256`` into the manifest, and refuse every later write."""
+    def freeze(self, *, key: bytes | str | None = None) -> str:
+        """Flush, record the digests of the content and of every file in the manifest, and refuse
+        every later write. With a key (argument or ``$CONTRACTRL_LEDGER_KEY``) the manifest is also
+        sealed with an HMAC. Returns ``ledger_sha256``."""
         self.flush()
+        secret = ledger_key(key)
         digest = ledger_digest(self.count, self.head)
+        files = {}
+        for folder in (LEDGER_DIR, TIMING_DIR):
+            for path in sorted((self.run_dir / folder).iterdir()):
+                name = f"{folder}/{path.name}"
+                if not _SHARD.fullmatch(path.name):
+                    raise LedgerError(f"{name}: not a ledger file; the ledger folders hold only shard-NNNNN.parquet")
+                sha, size = _file_digest(path, name)
+                files[name] = {"sha256": sha, "bytes": size, "rows": len(_read_rows(path, self.run_dir))}
         manifest = _read_manifest(self.run_dir)
-        manifest.update({"ledger_sha256": digest, "ledger_rows": self.count, "ledger_head": self.head})
-        (self.run_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        manifest.pop("ledger_hmac", None)
+        manifest.pop("manifest_sha256", None)
+        manifest.update(
+            {
+                "ledger_sha256": digest,
+                "ledger_rows": self.count,
+                "ledger_head": self.head,
+                "ledger_format": LEDGER_FORMAT,
+                "ledger_files": files,
+            }
+        )
+        manifest["manifest_sha256"] = manifest_sha256(manifest)
+        if secret is not None:
+            manifest["ledger_hmac"] = manifest_hmac(manifest, secret)
+        tmp = self.run_dir / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.run_dir / MANIFEST)
         self._frozen = True
         return digest
 
@@ -132,38 +234,271 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def _regular_file(path: Path, name: str) -> os.stat_result:
+    """The file's status; a FIFO, device, directory or symlink named like a ledger file is refused
+    before anything opens it (reading a FIFO would block forever)."""
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        raise LedgerIntegrityError(f"{name}: cannot be read ({exc.strerror})", shard=name, reason="unreadable") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerIntegrityError(f"{name}: not a regular file", shard=name, reason="not_a_file")
+    return info
+
+
+def _file_digest(path: Path, name: str) -> tuple[str, int]:
+    info = _regular_file(path, name)
+    sha = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(block)
+    except OSError as exc:
+        raise LedgerIntegrityError(f"{name}: cannot be read ({exc.strerror})", shard=name, reason="unreadable") from None
+    return sha.hexdigest(), info.st_size
+
+
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / MANIFEST
-    if not path.is_file():
+    if not path.exists():
         return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise LedgerError(f"{path} is not valid JSON: {exc}") from exc
-
-
-def _iter_rows(shards: list[Path]) -> Iterator[dict[str, Any]]:
-    for shard in shards:
-        yield from pq.read_table(shard).to_pylist()
-
-
-def read_ledger(run_dir: str | Path, *, require_frozen: bool = True) -> list[dict[str, Any]]:
-    """Every row, after verifying the chain and (for a frozen ledger) the digest in the manifest."""
-    run = Path(run_dir)
-    manifest = _read_manifest(run)
-    if require_frozen and not manifest.get("ledger_sha256"):
-        raise LedgerError(f"the ledger of {run} is not frozen; freeze it before joining targets")
-    rows = list(_iter_rows(sorted((run / LEDGER_DIR).glob("shard-*.parquet"))))
-    head = GENESIS
-    for index, row in enumerate(rows):
-        if row.get("prev_hash") != head:
-            raise LedgerIntegrityError(f"row {index} does not follow row {index - 1}: the chain is broken", index)
-        expected = row_hash(head, row)
-        if row.get("row_hash") != expected:
-            raise LedgerIntegrityError(f"row {index} was modified after it was written (hash mismatch)", index)
-        head = expected
-    if manifest.get("ledger_sha256") and manifest["ledger_sha256"] != ledger_digest(len(rows), head):
+    _regular_file(path, MANIFEST)
+    parsed = parse_json_text(path.read_bytes(), _MANIFEST_LIMITS)  # strict: no duplicate keys, no NaN
+    if not parsed.is_value:
         raise LedgerIntegrityError(
-            f"the ledger holds {len(rows)} rows but the frozen digest was written for {manifest.get('ledger_rows')}", len(rows)
+            f"{MANIFEST} is not strict JSON ({parsed.code.value}: {parsed.message})", shard=MANIFEST, reason="manifest"
         )
+    manifest = parsed.value
+    if not isinstance(manifest, dict):
+        raise LedgerIntegrityError(f"{MANIFEST} is not a JSON object", shard=MANIFEST, reason="manifest")
+    return manifest
+
+
+def _read_rows(path: Path, run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of one parquet file; a damaged, truncated or foreign file is a typed refusal."""
+    name = path.relative_to(run_dir).as_posix()
+    _regular_file(path, name)
+    try:
+        return pq.read_table(path).to_pylist()
+    except _READ_ERRORS as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LedgerIntegrityError(
+            f"{name}: not a readable parquet file ({first[:200]})", shard=name, reason="unreadable"
+        ) from None
+
+
+def _iter_rows(shards: list[Path], run_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for shard in shards:
+        name = shard.relative_to(run_dir).as_posix()
+        for row in _read_rows(shard, run_dir):
+            yield name, row
+
+
+def _chain(run: Path, shards: list[Path]) -> tuple[list[dict[str, Any]], list[str], str]:
+    """Every row with the chain verified; (rows, the shard of each row, the head)."""
+    rows: list[dict[str, Any]] = []
+    where: list[str] = []
+    head = GENESIS
+    for index, (name, row) in enumerate(_iter_rows(shards, run)):
+        if row.get("prev_hash") != head:
+            raise LedgerIntegrityError(
+                f"row {index} does not follow row {index - 1}: the chain is broken", index, shard=name, reason="chain"
+            )
+        try:
+            expected = row_hash(head, row)
+        except (TypeError, ValueError) as exc:  # NaN, a timestamp or binary column: not JSON
+            raise LedgerIntegrityError(
+                f"row {index} holds a value that is not JSON ({exc}): the file was rewritten",
+                index,
+                shard=name,
+                reason="not_json",
+            ) from None
+        if row.get("row_hash") != expected:
+            raise LedgerIntegrityError(
+                f"row {index} was modified after it was written (hash mismatch)", index, shard=name, reason="row_hash"
+            )
+        head = expected
+        rows.append(row)
+        where.append(name)
+    return rows, where, head
+
+
+def _check_manifest_fields(manifest: dict[str, Any]) -> None:
+    """Every ledger field of a frozen manifest well formed, and the digest the digest of the other two."""
+    fmt = manifest.get("ledger_format")
+    if fmt != LEDGER_FORMAT:
+        raise LedgerIntegrityError(
+            f"manifest ledger_format is {fmt!r}, not {LEDGER_FORMAT}: a ledger frozen without file digests cannot be "
+            "verified byte for byte; run it again",
+            reason="manifest",
+        )
+    for field in ("ledger_sha256", "ledger_head"):
+        value = manifest.get(field)
+        if not isinstance(value, str) or not _HEX64.fullmatch(value):
+            raise LedgerIntegrityError(f"manifest {field} {value!r} is not a 64-digit hex digest", reason="manifest")
+    rows = manifest.get("ledger_rows")
+    if type(rows) is not int or rows < 0:
+        raise LedgerIntegrityError(f"manifest ledger_rows {rows!r} is not a row count", reason="manifest")
+    expected = ledger_digest(rows, manifest["ledger_head"])
+    if manifest["ledger_sha256"] != expected:
+        raise LedgerIntegrityError(
+            f"manifest ledger_sha256 {manifest['ledger_sha256'][:16]}... is not the digest of its own ledger_rows={rows} "
+            f"and ledger_head {manifest['ledger_head'][:16]}... (that is {expected[:16]}...): the manifest was edited",
+            reason="manifest",
+        )
+    own = manifest.get("manifest_sha256")
+    if own != manifest_sha256(manifest):
+        raise LedgerIntegrityError(
+            f"manifest_sha256 {str(own)[:16]}... is not the digest of the manifest's other fields: the manifest was edited",
+            reason="manifest",
+        )
+    files = manifest.get("ledger_files")
+    if not isinstance(files, dict) or not all(
+        isinstance(name, str)
+        and isinstance(entry, dict)
+        and isinstance(entry.get("sha256"), str)
+        and type(entry.get("bytes")) is int
+        and type(entry.get("rows")) is int
+        for name, entry in files.items()
+    ):
+        raise LedgerIntegrityError("manifest ledger_files is not a map of file digests", reason="manifest")
+
+
+def _check_seal(manifest: dict[str, Any], secret: bytes | None) -> bool:
+    """Verify the HMAC when a key is set; returns whether the manifest was verified with a key."""
+    if secret is None:
+        return False
+    seal = manifest.get("ledger_hmac")
+    if not isinstance(seal, str):
+        raise LedgerIntegrityError(f"a ledger key is set (${KEY_ENV}) but the manifest carries no ledger_hmac", reason="hmac")
+    if not hmac.compare_digest(seal, manifest_hmac(manifest, secret)):
+        raise LedgerIntegrityError(
+            "manifest ledger_hmac does not match: the manifest was not sealed with this key", reason="hmac"
+        )
+    return True
+
+
+def _ledger_files(run: Path) -> dict[str, Path]:
+    """Every entry of the ledger folders by relative name (whatever it is: it must be accounted for)."""
+    out: dict[str, Path] = {}
+    for folder in (LEDGER_DIR, TIMING_DIR):
+        base = run / folder
+        if base.is_symlink() or (base.exists() and not base.is_dir()):
+            raise LedgerIntegrityError(f"{folder} is not a directory", shard=folder, reason="not_a_file")
+        if base.is_dir():
+            out.update({f"{folder}/{p.name}": p for p in base.iterdir()})
+    return out
+
+
+def _check_files(run: Path, manifest: dict[str, Any], present: dict[str, Path]) -> None:
+    """Every recorded file present, regular, of its size and SHA-256; nothing else in the folders."""
+    recorded: dict[str, dict[str, Any]] = manifest["ledger_files"]
+    for name in sorted(present.keys() - recorded.keys()):
+        raise LedgerIntegrityError(f"{name}: a file the frozen manifest does not list", shard=name, reason="unlisted_file")
+    for name in sorted(recorded.keys() - present.keys()):
+        raise LedgerIntegrityError(f"{name}: listed in the manifest but missing", shard=name, reason="missing_file")
+    for name in sorted(recorded):
+        info = _regular_file(present[name], name)
+        if info.st_size != recorded[name]["bytes"]:
+            raise LedgerIntegrityError(
+                f"{name}: {info.st_size} bytes, but {recorded[name]['bytes']} were frozen", shard=name, reason="file_size"
+            )
+        sha, _ = _file_digest(present[name], name)
+        if sha != recorded[name]["sha256"]:
+            raise LedgerIntegrityError(
+                f"{name}: SHA-256 {sha[:16]}... differs from the frozen {recorded[name]['sha256'][:16]}...",
+                shard=name,
+                reason="file_sha256",
+            )
+
+
+def _diagnose(run: Path, shards: list[Path], error: LedgerIntegrityError) -> LedgerIntegrityError:
+    """After a file check failed: read what can be read to name the first bad row, if a row changed."""
+    try:
+        _chain(run, shards)
+    except LedgerIntegrityError as found:
+        if found.row is not None:
+            return LedgerIntegrityError(f"{error}; {found}", found.row, shard=error.shard, reason=found.reason)
+        return error
+    return LedgerIntegrityError(
+        f"{error}; every row still hashes: metadata, statistics, encoding or timings were edited",
+        shard=error.shard,
+        reason=error.reason,
+    )
+
+
+def _merge_timing(run: Path, rows: list[dict[str, Any]], where: list[str], shards: list[Path]) -> None:
+    """Put each row's timing fields back; a timing file must list exactly its shard's rows, in order."""
+    start = 0
+    for shard in shards:
+        count = where.count(f"{LEDGER_DIR}/{shard.name}")
+        name = f"{TIMING_DIR}/{shard.name}"
+        path = run / TIMING_DIR / shard.name
+        if not path.exists():
+            raise LedgerIntegrityError(f"{name}: the timing file of {shard.name} is missing", shard=name, reason="missing_file")
+        timing = _read_rows(path, run)
+        block = rows[start : start + count]
+        if len(timing) != count or any(t.get("row_hash") != r["row_hash"] for t, r in zip(timing, block, strict=True)):
+            raise LedgerIntegrityError(f"{name}: its rows are not the rows of {shard.name}", start, shard=name, reason="timing")
+        for t, row in zip(timing, block, strict=True):
+            row.update({k: v for k, v in t.items() if k in TIMING_FIELDS and v is not None})
+        start += count
+
+
+def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes | str | None = None) -> list[dict[str, Any]]:
+    """Every row, with its timing fields merged back, after verifying the ledger.
+
+    A frozen ledger is verified in this order, each step before the next reads anything: the
+    manifest's own fields (and its HMAC when a key is set), the list of files (nothing missing,
+    nothing extra, no FIFO or link), each file's size and SHA-256, then the hash chain of the
+    decoded rows and the row count and head the manifest recorded. Any failure is a
+    :class:`LedgerIntegrityError` that names the file and, where a row changed, the first bad row.
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise InputFileError(f"run directory not found: {run}")
+    manifest = _read_manifest(run)
+    frozen = bool(manifest.get("ledger_sha256"))
+    if require_frozen and not frozen:
+        raise LedgerError(f"the ledger of {run} is not frozen; freeze it before joining targets")
+    present = _ledger_files(run)
+    shards = sorted(p for name, p in present.items() if name.startswith(LEDGER_DIR + "/") and _SHARD.fullmatch(p.name))
+    if frozen:
+        _check_manifest_fields(manifest)
+        _check_seal(manifest, ledger_key(key))
+        try:
+            _check_files(run, manifest, present)
+        except LedgerIntegrityError as exc:
+            if exc.reason in ("file_sha256", "file_size", "unlisted_file"):
+                raise _diagnose(run, shards, exc) from None
+            raise
+    rows, where, head = _chain(run, shards)
+    if frozen:
+        if len(rows) != manifest["ledger_rows"]:
+            raise LedgerIntegrityError(
+                f"the ledger holds {len(rows)} rows but the manifest's ledger_rows says {manifest['ledger_rows']}",
+                min(len(rows), manifest["ledger_rows"]),
+                reason="row_count",
+            )
+        if head != manifest["ledger_head"]:
+            raise LedgerIntegrityError(
+                f"the chain ends at {head[:16]}... but the manifest's ledger_head is {manifest['ledger_head'][:16]}...",
+                len(rows) - 1 if rows else None,
+                reason="head",
+            )
+    _merge_timing(run, rows, where, shards)
     return rows
+
+
+def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None) -> dict[str, Any]:
+    """What ``contractrl ledger verify`` prints for a ledger that holds (raises otherwise)."""
+    rows = read_ledger(run_dir, require_frozen=True, key=key)
+    manifest = _read_manifest(Path(run_dir))
+    secret = ledger_key(key)
+    return {
+        "ok": True,
+        "rows": len(rows),
+        "ledger_sha256": manifest["ledger_sha256"],
+        "files": len(manifest["ledger_files"]),
+        "hmac": "verified" if secret is not None else ("present, not checked (no key)" if "ledger_hmac" in manifest else "none"),
+    }

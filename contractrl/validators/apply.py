@@ -5,10 +5,19 @@ first time they are touched), so a failed patch leaves the input exactly as it w
 one shares every untouched subtree with it. Values from the patch are deep-copied on insertion so
 the patched object never aliases the patch. The dynamic half of the action mask lives here, since
 whether a path exists depends on the operations before it.
+
+Every intermediate document stays within the parser's limits (:class:`ParseLimits`): the op
+budget bounds the number of operations, not their cost, and forty ``copy`` operations of a value
+into itself would double the document forty times. Sizes are tracked per operation (the document
+is measured once, then each insertion and removal adjusts it), so a patch that would grow the
+document past ``max_bytes`` or nest it past ``max_depth`` stops with ``too_large``/``too_deep``
+before the copy is made.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +25,7 @@ from .codes import Code
 from .jsonvalue import deep_copy, json_equal
 from .patch import PatchOp
 from .pointer import Tokens, array_index, resolve
+from .strict_json import DEFAULT_LIMITS, ParseLimits
 
 _ABSENT = object()
 
@@ -44,12 +54,67 @@ class _Failure(Exception):
         self.code, self.message, self.pointer = code, message, pointer
 
 
+_PLAIN = re.compile(r'[^"\\\x00-\x1f]*')  # ASCII text JSON writes as it is
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_bytes(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON text (what the parser's ``max_bytes`` counts), at C speed."""
+    t = type(value)
+    try:
+        if t is str and value.isascii() and _PLAIN.fullmatch(value):
+            return len(value) + 2
+        if t is int:
+            return len(str(value))
+        if t is float:
+            return len(repr(value))
+        if t is bool or value is None:
+            return 5
+        return len(_ENCODER.encode(value).encode("utf-8", "surrogatepass"))
+    except (RecursionError, ValueError):  # past the stack, or an int past str()'s 4,300 digits: never parsed text
+        return 1 << 62
+
+
+def _nesting_exceeds(value: Any, budget: int) -> bool:
+    """Whether ``value`` nests more than ``budget`` containers deep (iterative; stops at the budget)."""
+    if type(value) not in (dict, list):
+        return budget < 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if level > budget:
+            return True
+        children = node.values() if type(node) is dict else node
+        stack.extend((child, level + 1) for child in children if type(child) in (dict, list))
+    return False
+
+
 class _CowDocument:
-    def __init__(self, document: Any) -> None:
+    def __init__(self, document: Any, limits: ParseLimits) -> None:
         self.root = document
         self._owned: set[int] = set()
         self._keep: list[Any] = []  # owned containers stay alive so their ids are never reused
         self.touched: list[Tokens] = []
+        self.limits = limits
+        self.size: int | None = None  # measured on the first insertion
+
+    def grow(self, tokens: Tokens, value: Any, ptr: str, removed: Any = _ABSENT) -> None:
+        """Account for ``value`` inserted at ``tokens`` (replacing ``removed``); refuse past the limits."""
+        limits = self.limits
+        if _nesting_exceeds(value, limits.max_depth - len(tokens)):
+            raise _Failure(Code.TOO_DEEP, f"the document would nest deeper than {limits.max_depth}", ptr)
+        if self.size is None:
+            self.size = _json_bytes(self.root)
+        added = _json_bytes(value) - (_json_bytes(removed) if removed is not _ABSENT else 0)
+        if self.size + added > limits.max_bytes:
+            raise _Failure(Code.TOO_LARGE, f"the document would grow past {limits.max_bytes} bytes", ptr)
+        self.size += added
+
+    def shrink(self, value: Any) -> None:
+        if self.size is not None:
+            self.size -= _json_bytes(value)
 
     def _own(self, node: Any) -> Any:
         if id(node) in self._owned:
@@ -78,17 +143,20 @@ class _CowDocument:
             node = child
         return node
 
-    def add(self, tokens: Tokens, value: Any, ptr: str) -> None:
+    def add(self, tokens: Tokens, value: Any, ptr: str, *, copy: bool = False) -> None:
+        """Insert ``value`` (a deep copy of it with ``copy``, made only after the size check passed)."""
         parent = self.container(tokens[:-1], ptr)
         last = tokens[-1]
         if type(parent) is dict:
-            parent[last] = value
+            self.grow(tokens, value, ptr, parent.get(last, _ABSENT))
+            parent[last] = deep_copy(value) if copy else value
             self.touched.append(tokens)
             return
         index = array_index(last, len(parent), allow_end=True)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"array index {last!r} is out of range at {ptr!r}", ptr)
-        parent.insert(index, value)
+        self.grow(tokens, value, ptr)
+        parent.insert(index, deep_copy(value) if copy else value)
         self.touched.append((*tokens[:-1], str(index)))
 
     def remove(self, tokens: Tokens, ptr: str) -> Any:
@@ -98,11 +166,13 @@ class _CowDocument:
             if last not in parent:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
             self.touched.append(tokens)
+            self.shrink(parent[last])
             return parent.pop(last)
         index = array_index(last, len(parent), allow_end=False)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
         self.touched.append(tokens)
+        self.shrink(parent[index])
         return parent.pop(index)
 
     def replace(self, tokens: Tokens, value: Any, ptr: str) -> None:
@@ -111,11 +181,13 @@ class _CowDocument:
         if type(parent) is dict:
             if last not in parent:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to replace at {ptr!r}", ptr)
+            self.grow(tokens, value, ptr, parent[last])
             parent[last] = value
         else:
             index = array_index(last, len(parent), allow_end=False)
             if index is None:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to replace at {ptr!r}", ptr)
+            self.grow(tokens, value, ptr, parent[index])
             parent[index] = value
         self.touched.append(tokens)
 
@@ -123,9 +195,10 @@ class _CowDocument:
         return resolve(self.root, tokens, _ABSENT)
 
 
-def apply_patch(document: Any, ops: tuple[PatchOp, ...]) -> ApplyResult:
-    """Apply all of ``ops`` to a copy of ``document``, or none of them."""
-    doc = _CowDocument(document)
+def apply_patch(document: Any, ops: tuple[PatchOp, ...], limits: ParseLimits = DEFAULT_LIMITS) -> ApplyResult:
+    """Apply all of ``ops`` to a copy of ``document``, or none of them; no intermediate document
+    exceeds ``limits`` (the parser's size and depth bounds)."""
+    doc = _CowDocument(document, limits)
     for index, op in enumerate(ops):
         try:
             _apply_one(doc, op)
@@ -165,7 +238,7 @@ def _apply_one(doc: _CowDocument, op: PatchOp) -> None:
         if source is _ABSENT:
             raise _Failure(Code.MOVE_SOURCE_INVALID, f"'from' {op.from_!r} does not exist", op.from_)
         if op.op == "copy":
-            doc.add(tokens, deep_copy(source), op.path)
+            doc.add(tokens, source, op.path, copy=True)
         elif op.from_tokens != tokens:
             doc.remove(op.from_tokens, op.from_)
             doc.add(tokens, source, op.path)

@@ -5,16 +5,24 @@ rules as data (so they can be audited, hashed and shipped with a case) in four k
 (ordering or equality of two fields), ``required_if`` (a field needed or forbidden when another has
 a value), ``aggregate`` (sum/count/min/max over an array against a limit) and ``unique`` (a field
 unique across array elements). ``compare`` and ``required_if`` may be evaluated for ``each``
-element of an array, with pointers relative to the element. A rule whose operands are absent or
-of the wrong type is skipped: the schema already reports those.
+element of an array, with pointers relative to the element.
+
+Fail-closed: a rule whose operand is absent does not apply (presence is the schema's or a
+``required_if`` rule's job), but an operand that is present and cannot be compared (the wrong
+type, a date that is not RFC 3339, naive and zone-aware times) is a ``cross_field`` error, never a
+pass. Where the schema already reported an error at or above that operand, the verifier drops the
+duplicate (see :meth:`ContractSet.check`), so a report still leads with the schema's code.
+Numbers compare exactly (integers and the shortest decimal of a float, as fractions), dates and
+date-times by their RFC 3339 instants (:mod:`.rfc3339`).
 """
 
 from __future__ import annotations
 
+import math
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from fractions import Fraction
 from typing import Any
 
 from ..errors import ContractSpecError
@@ -22,8 +30,10 @@ from .codes import Code
 from .jsonvalue import canonical_json, json_equal
 from .pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
 from .report import VerifierError, truncate_actual
+from .rfc3339 import parse_date, parse_date_time
 
 _ABSENT = object()
+_UNCOMPARABLE = object()
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt,
     "<=": operator.le,
@@ -43,21 +53,27 @@ def _ptr(value: Any, where: str) -> Tokens:
         raise ContractSpecError(f"{where}: {exc}") from exc
 
 
+def _number(value: Any) -> Fraction | None:
+    """A JSON number as an exact fraction (a float as its shortest decimal); None for anything else."""
+    t = type(value)
+    if t is int:
+        return Fraction(value)
+    if t is float and math.isfinite(value):
+        return Fraction(repr(value))
+    return None
+
+
 def _coerce(value: Any, as_: str) -> Any:
-    """The comparable form of a value, or _ABSENT when it has the wrong type for ``as_``."""
+    """The exactly comparable form of a value, or _UNCOMPARABLE when it is not a valid ``as_``."""
     if as_ == "number":
-        return value if type(value) in (int, float) else _ABSENT
+        number = _number(value)
+        return _UNCOMPARABLE if number is None else number
     if not isinstance(value, str):
-        return _ABSENT
+        return _UNCOMPARABLE
     if as_ == "string":
         return value
-    try:
-        if as_ == "date":
-            return date.fromisoformat(value)
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return _ABSENT
-    return parsed if parsed.tzinfo is not None else _ABSENT  # naive vs aware never compares
+    key = parse_date(value) if as_ == "date" else parse_date_time(value)
+    return _UNCOMPARABLE if key is None else key
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +133,14 @@ class ContractSet:
 
     rules: tuple[Rule, ...] = field(default=())
 
-    def check(self, instance: Any) -> list[VerifierError]:
+    def check(self, instance: Any, reported: Collection[str] = ()) -> list[VerifierError]:
+        """Every violated rule. ``reported`` holds pointers the schema already rejected: an operand
+        that cannot be compared at or under one of them is not reported a second time."""
         errors: list[VerifierError] = []
         for rule in self.rules:
-            errors.extend(_CHECKS[type(rule)](rule, instance))
+            for error, uncomparable in _CHECKS[type(rule)](rule, instance):
+                if not (uncomparable and reported and _under_any(error.pointer, reported)):
+                    errors.append(error)
         return errors
 
     def __bool__(self) -> bool:
@@ -128,17 +148,45 @@ class ContractSet:
 
 
 EMPTY_CONTRACT = ContractSet()
+Found = Iterator[tuple[VerifierError, bool]]  # (error, whether it is an operand that cannot be compared)
 
 
-def _scopes(instance: Any, each: Tokens | None) -> Iterator[tuple[Tokens, Any]]:
-    """The (base pointer, node) pairs a rule is evaluated on: the root, or each array element."""
+def _under_any(pointer: str, prefixes: Collection[str]) -> bool:
+    return any(pointer == p or pointer.startswith(p + "/") or p == "" for p in prefixes)
+
+
+def _uncomparable(rule_id: str, where: Tokens, value: Any, what: str) -> tuple[VerifierError, bool]:
+    pointer = format_pointer(where)
+    return (
+        VerifierError(
+            Code.CROSS_FIELD,
+            pointer,
+            what,
+            truncate_actual(value),
+            f"cross_field [{rule_id}]: {pointer or '/'} is not {what}, so the rule cannot be checked",
+        ),
+        True,
+    )
+
+
+_WHAT = {"number": "a number", "string": "a string", "date": "an RFC 3339 date", "date-time": "an RFC 3339 date-time"}
+
+
+def _scopes(
+    instance: Any, each: Tokens | None, rule_id: str, errors: list[tuple[VerifierError, bool]]
+) -> Iterator[tuple[Tokens, Any]]:
+    """The (base pointer, node) pairs a rule is evaluated on: the root, or each array element.
+
+    ``each`` naming something that is present but not an array is recorded in ``errors``."""
     if each is None:
         yield (), instance
         return
-    items = resolve(instance, each, None)
+    items = resolve(instance, each, _ABSENT)
     if isinstance(items, list):
         for i, item in enumerate(items):
             yield (*each, str(i)), item
+    elif items is not _ABSENT:
+        errors.append(_uncomparable(rule_id, each, items, "an array"))
 
 
 def _error(rule_id: str, where: Tokens, expected: str, actual: Any, message: str) -> VerifierError:
@@ -147,36 +195,43 @@ def _error(rule_id: str, where: Tokens, expected: str, actual: Any, message: str
     )
 
 
-def _check_compare(rule: Compare, instance: Any) -> Iterator[VerifierError]:
-    for base, node in _scopes(instance, rule.each):
+def _check_compare(rule: Compare, instance: Any) -> Found:
+    bad: list[tuple[VerifierError, bool]] = []
+    for base, node in _scopes(instance, rule.each, rule.id, bad):
         left_raw = resolve(node, rule.left, _ABSENT)
         right_raw = resolve(node, rule.right, _ABSENT) if rule.right is not None else rule.value
         if left_raw is _ABSENT or right_raw is _ABSENT:
             continue
-        if (
-            rule.op in ("==", "!=")
-            and rule.as_ == "number"
-            and not (type(left_raw) in (int, float) and type(right_raw) in (int, float))
-        ):
+        if rule.op in ("==", "!=") and rule.as_ == "number" and (_number(left_raw) is None or _number(right_raw) is None):
             ok = json_equal(left_raw, right_raw) == (rule.op == "==")
         else:
             left, right = _coerce(left_raw, rule.as_), _coerce(right_raw, rule.as_)
-            if left is _ABSENT or right is _ABSENT:
+            if left is _UNCOMPARABLE or right is _UNCOMPARABLE:
+                if left is _UNCOMPARABLE:
+                    yield _uncomparable(rule.id, (*base, *rule.left), left_raw, _WHAT[rule.as_])
+                if right is _UNCOMPARABLE:
+                    where = (*base, *rule.right) if rule.right is not None else (*base, *rule.left)
+                    yield _uncomparable(rule.id, where, right_raw, _WHAT[rule.as_])
                 continue
             ok = _OPS[rule.op](left, right)
         if not ok:
             other = format_pointer((*base, *rule.right)) if rule.right is not None else canonical_json(rule.value)
-            yield _error(
-                rule.id,
-                (*base, *rule.left),
-                f"{rule.op} {other}",
-                left_raw,
-                f"{format_pointer((*base, *rule.left))} must be {rule.op} {other}",
+            yield (
+                _error(
+                    rule.id,
+                    (*base, *rule.left),
+                    f"{rule.op} {other}",
+                    left_raw,
+                    f"{format_pointer((*base, *rule.left))} must be {rule.op} {other}",
+                ),
+                False,
             )
+    yield from bad
 
 
-def _check_required_if(rule: RequiredIf, instance: Any) -> Iterator[VerifierError]:
-    for base, node in _scopes(instance, rule.each):
+def _check_required_if(rule: RequiredIf, instance: Any) -> Found:
+    bad: list[tuple[VerifierError, bool]] = []
+    for base, node in _scopes(instance, rule.each, rule.id, bad):
         trigger = resolve(node, rule.when, _ABSENT)
         if trigger is _ABSENT or (rule.equals is not _ABSENT and not json_equal(trigger, rule.equals)):
             continue
@@ -185,60 +240,110 @@ def _check_required_if(rule: RequiredIf, instance: Any) -> Iterator[VerifierErro
             if resolve(node, need, _ABSENT) is _ABSENT:
                 where = format_pointer((*base, *need))
                 message = f"cross_field [{rule.id}]: required when {cond} is {canonical_json(trigger)}"
-                yield VerifierError(Code.CROSS_FIELD, where, "present", "absent", message)
+                yield VerifierError(Code.CROSS_FIELD, where, "present", "absent", message), False
         for banned in rule.then_forbidden:
             value = resolve(node, banned, _ABSENT)
             if value is not _ABSENT:
-                yield _error(rule.id, (*base, *banned), "absent", value, f"forbidden when {cond} is {canonical_json(trigger)}")
+                yield (
+                    _error(rule.id, (*base, *banned), "absent", value, f"forbidden when {cond} is {canonical_json(trigger)}"),
+                    False,
+                )
+    yield from bad
 
 
-def _check_aggregate(rule: Aggregate, instance: Any) -> Iterator[VerifierError]:
+def _check_aggregate(rule: Aggregate, instance: Any) -> Found:
     items = resolve(instance, rule.array, _ABSENT)
-    if not isinstance(items, list):
+    if items is _ABSENT:
         return
-    limit = rule.limit if rule.limit_ptr is None else resolve(instance, rule.limit_ptr, _ABSENT)
-    if type(limit) not in (int, float):
+    if not isinstance(items, list):
+        yield _uncomparable(rule.id, rule.array, items, "an array")
+        return
+    limit_raw: Any = rule.limit if rule.limit_ptr is None else resolve(instance, rule.limit_ptr, _ABSENT)
+    if limit_raw is _ABSENT:
+        return
+    limit = _number(limit_raw)
+    if limit is None:
+        yield _uncomparable(rule.id, rule.limit_ptr or rule.array, limit_raw, "a number")
         return
     if rule.agg == "count":
-        total: float = len(items)
+        total = Fraction(len(items))
     else:
-        values = [resolve(item, rule.field, _ABSENT) for item in items]
-        numbers = [v for v in values if type(v) in (int, float)]
-        if len(numbers) != len(values) or (not numbers and rule.agg != "sum"):
+        numbers: list[Fraction] = []
+        broken = False
+        for i, item in enumerate(items):
+            value = resolve(item, rule.field, _ABSENT)
+            number = _number(value)
+            if number is None:
+                broken = True
+                yield _uncomparable(rule.id, (*rule.array, str(i), *rule.field), None if value is _ABSENT else value, "a number")
+            else:
+                numbers.append(number)
+        if broken:
             return
-        total = sum(numbers) if rule.agg == "sum" else (min(numbers) if rule.agg == "min" else max(numbers))
-    if rule.agg == "sum" and rule.op in ("==", "!="):
-        ok = (abs(total - limit) <= 1e-9 * max(1.0, abs(limit))) == (rule.op == "==")
-    else:
-        ok = _OPS[rule.op](total, limit)
-    if not ok:
-        target = canonical_json(limit) if rule.limit_ptr is None else format_pointer(rule.limit_ptr)
-        yield _error(
-            rule.id,
-            rule.array,
-            f"{rule.agg} {rule.op} {target}",
-            total,
-            f"{rule.agg} over {format_pointer(rule.array)} is {total}, must be {rule.op} {target}",
+        if not numbers and rule.agg != "sum":
+            return  # min/max of nothing: the rule has nothing to bound
+        total = sum(numbers, Fraction(0)) if rule.agg == "sum" else (min(numbers) if rule.agg == "min" else max(numbers))
+    if not _OPS[rule.op](total, limit):
+        target = canonical_json(limit_raw) if rule.limit_ptr is None else format_pointer(rule.limit_ptr)
+        shown = _shown(total)
+        yield (
+            _error(
+                rule.id,
+                rule.array,
+                f"{rule.agg} {rule.op} {target}",
+                shown,
+                f"{rule.agg} over {format_pointer(rule.array)} is {shown}, must be {rule.op} {target}",
+            ),
+            False,
         )
 
 
-def _check_unique(rule: Unique, instance: Any) -> Iterator[VerifierError]:
+def _shown(total: Fraction) -> Any:
+    """An aggregate for a report: exact when it is a modest integer, else its nearest float."""
+    if total.denominator == 1 and total.numerator.bit_length() < 1000:
+        return int(total)
+    try:
+        return float(total)
+    except OverflowError:
+        return "beyond the float range"
+
+
+def _unique_key(value: Any) -> str:
+    """Canonical text under which JSON-equal values collide (``1`` and ``1.0`` are one number)."""
+    return canonical_json(_integral(value))
+
+
+def _integral(value: Any) -> Any:
+    t = type(value)
+    if t is float and value.is_integer():
+        return int(value)
+    if t is dict:
+        return {k: _integral(v) for k, v in value.items()}
+    if t is list:
+        return [_integral(v) for v in value]
+    return value
+
+
+def _check_unique(rule: Unique, instance: Any) -> Found:
     items = resolve(instance, rule.array, _ABSENT)
+    if items is _ABSENT:
+        return
     if not isinstance(items, list):
+        yield _uncomparable(rule.id, rule.array, items, "an array")
         return
     seen: dict[str, int] = {}
     for i, item in enumerate(items):
         value = resolve(item, rule.field, _ABSENT)
         if value is _ABSENT:
             continue
-        key = canonical_json(value)
+        key = _unique_key(value)
         if key in seen:
-            yield _error(rule.id, (*rule.array, str(i), *rule.field), "unique", value, f"duplicates element {seen[key]}")
+            yield _error(rule.id, (*rule.array, str(i), *rule.field), "unique", value, f"duplicates element {seen[key]}"), False
         else:
             seen[key] = i
 
 
-_CHECKS: dict[type, Callable[[Any, Any], Iterator[VerifierError]]] = {
+_CHECKS: dict[type, Callable[[Any, Any], Found]] = {
     Compare: _check_compare,
     RequiredIf: _check_required_if,
     Aggregate: _check_aggregate,
@@ -302,8 +407,9 @@ def _build(kind: str, rule_id: str, raw: dict[str, Any], where: str) -> Rule:
         if ("right" in raw) == ("value" in raw):
             raise ContractSpecError(f"{where}: give exactly one of 'right' (a pointer) or 'value' (a constant)")
         op = _op(raw, where)
-        if as_ != "number" and op not in ("==", "!=") and "value" in raw and _coerce(raw["value"], as_) is _ABSENT:
-            raise ContractSpecError(f"{where}: constant {raw['value']!r} is not a {as_}")
+        equality_of_any = as_ == "number" and op in ("==", "!=")  # numbers' == is JSON equality of any values
+        if "value" in raw and not equality_of_any and _coerce(raw["value"], as_) is _UNCOMPARABLE:
+            raise ContractSpecError(f"{where}: constant {raw['value']!r} is not {_WHAT[as_]}")
         right = _ptr(raw["right"], where) if "right" in raw else None
         return Compare(rule_id, _ptr(_need(raw, "left", where), where), op, right, raw.get("value"), as_, each)
     if kind == "required_if":

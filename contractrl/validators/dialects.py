@@ -11,13 +11,15 @@ drop is recorded in ``notes``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
+from urllib.parse import unquote
 
 from ..errors import SchemaCompileError
+from . import ecma_regex
 from .jsonvalue import canonical_json, json_type_name, sha256_json
-from .pointer import PointerSyntaxError, escape_token, parse_pointer, resolve
+from .pointer import PointerSyntaxError, escape_token, format_pointer, parse_pointer, resolve
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -121,6 +123,9 @@ def normalize_schema(
     source = dialect or detect_dialect(schema)
     normalizer = _Normalizer(source, lenient, limits)
     out = normalizer.node(schema, "", 0)
+    for ref, where in normalizer.refs:  # a reference must name something in the schema as written
+        if ref != "#" and resolve(schema, parse_pointer(_ref_target(ref, where)), _NOTHING) is _NOTHING:
+            raise SchemaCompileError(f"$ref {ref!r} resolves to nothing in the schema as written", where)
     if isinstance(out, dict):
         out = {"$schema": DRAFT_2020_12, **{k: v for k, v in out.items() if k != "$schema"}}
         _check_refs(out, limits.max_depth)
@@ -134,6 +139,7 @@ class _Normalizer:
         self.limits = limits
         self.notes: list[str] = []
         self.nodes = 0
+        self.refs: list[tuple[str, str]] = []  # (source $ref, where): checked against the source document
 
     def fail(self, message: str, pointer: str) -> None:
         """Raise in strict mode; in lenient mode record why a part of the schema was dropped."""
@@ -164,6 +170,8 @@ class _Normalizer:
     def keyword(self, key: str, value: Any, here: str, depth: int, out: dict[str, Any], parent: dict[str, Any]) -> None:
         if key in _UNSUPPORTED:
             self.fail(f"keyword {key!r} is not supported", here)
+        elif key in ("items", "prefixItems") and isinstance(parent.get("items"), list) and "prefixItems" in parent:
+            raise SchemaCompileError("array-form 'items' and 'prefixItems' both give per-position schemas; keep one", here)
         elif key == "items" and isinstance(value, list):
             out["prefixItems"] = [self.node(v, f"{here}/{i}", depth + 1) for i, v in enumerate(value)]
             if "additionalItems" in parent:
@@ -182,11 +190,12 @@ class _Normalizer:
             if not isinstance(value, dict):
                 raise SchemaCompileError(f"{key!r} must be an object", here)
             if key == "patternProperties":
-                for pattern in value:
-                    self._pattern(pattern, here)
+                value = {self._pattern(pattern, here): sub for pattern, sub in value.items()}
             target = "$defs" if key == "definitions" else key
-            mapped = {k: self.node(v, f"{here}/{escape_token(k)}", depth + 1) for k, v in value.items()}
-            out.setdefault(target, {}).update(mapped)
+            out.setdefault(target, {})  # an empty map is kept: it changes how backends locate errors
+            for name, sub in value.items():
+                where = f"{here}/{escape_token(name)}"
+                self._merge(out, target, name, self.node(sub, where, depth + 1), where)
         elif key in _SCHEMA_LISTS:
             if not isinstance(value, list) or not value:
                 raise SchemaCompileError(f"{key!r} must be a non-empty array", here)
@@ -211,8 +220,13 @@ class _Normalizer:
             out[key] = self._ref(value, here)
         elif key == "$schema":
             out[key] = value
+        elif key in ("$id", "id") and depth > 0 and (key == "$id" or self.dialect == "draft-04") and _has_ref(parent):
+            # an inner $id moves the base every '#...' reference under it resolves against
+            self.fail(f"{key!r} inside a subschema with a $ref changes how the reference resolves; only the root may", here)
         elif key == "id" and self.dialect == "draft-04" and isinstance(value, str):
             out["$id"] = value
+        elif key == "dependentRequired":
+            self._dependent_required(value, here, out)
         elif key == "optional" and self.dialect == "bfcl":
             self.notes.append(f"{here}: BFCL 'optional' flag removed (required list is authoritative)")
         elif key in _VALUE_KEYWORDS:
@@ -243,24 +257,63 @@ class _Normalizer:
         for prop, dep in value.items():
             where = f"{here}/{escape_token(prop)}"
             if isinstance(dep, list):
-                if not all(isinstance(d, str) for d in dep):
-                    raise SchemaCompileError("property dependencies must list property names", where)
-                out.setdefault("dependentRequired", {})[prop] = dep
+                self._dependent_required({prop: dep}, here, out)
             else:
-                out.setdefault("dependentSchemas", {})[prop] = self.node(dep, where, depth + 1)
+                self._merge(out, "dependentSchemas", prop, self.node(dep, where, depth + 1), where)
+
+    def _dependent_required(self, value: Any, here: str, out: dict[str, Any]) -> None:
+        """Add property dependencies; ``dependencies`` beside ``dependentRequired`` needs both lists."""
+        if not isinstance(value, dict):
+            raise SchemaCompileError("'dependentRequired' must be an object", here)
+        merged = out.setdefault("dependentRequired", {})
+        for prop, names in value.items():
+            if not isinstance(names, list) or not all(isinstance(d, str) for d in names):
+                raise SchemaCompileError("property dependencies must list property names", f"{here}/{escape_token(prop)}")
+            merged[prop] = list(dict.fromkeys([*merged.get(prop, []), *names]))
+
+    def _merge(self, out: dict[str, Any], target: str, name: str, schema: Any, where: str) -> None:
+        """Put one named subschema under ``target``; two source keywords that map to one name must agree.
+
+        Draft-07 ``definitions`` beside 2020-12 ``$defs`` (or ``dependencies`` beside
+        ``dependentSchemas``) can name the same entry twice. Overwriting one with the other would
+        drop a constraint silently: dependent schemas are combined (both must hold), and two
+        different definitions under one name are refused, since a ``$ref`` names only one.
+        """
+        entries = out.setdefault(target, {})
+        if name not in entries or canonical_json(entries[name]) == canonical_json(schema):
+            entries[name] = schema
+        elif target == "dependentSchemas":
+            entries[name] = {"allOf": [entries[name], schema]}
+        else:
+            raise SchemaCompileError(f"{name!r} is defined twice ('definitions' and '$defs') with different schemas", where)
 
     def _pattern(self, value: Any, here: str) -> str:
+        """An ECMA-262 pattern both backends read alike, in the form jsonschema-rs compiles.
+
+        Python-only syntax (``(?i)``, ``\\A``), syntax the engines run differently
+        (backreferences) and patterns jsonschema-rs cannot compile are refused here, so the two
+        backends never disagree about which schemas compile. ``\\d``/``\\w``/``\\s``, ``.`` and
+        ``\\b``/``\\B`` are spelled out as ASCII classes and lookarounds (noted), since jsonschema-rs
+        reads some of them as Unicode (see :mod:`.ecma_regex`).
+        """
         if not isinstance(value, str):
             raise SchemaCompileError(f"pattern must be a string, got {value!r}", here)
         try:
-            re.compile(value)
-        except re.error as exc:
-            raise SchemaCompileError(f"pattern {value!r} is not a valid regular expression: {exc}", here) from exc
-        return value
+            out = ecma_regex.portable(value)
+        except ecma_regex.EcmaSyntaxError as exc:
+            raise SchemaCompileError(f"pattern {value!r} is not a valid regular expression (ECMA-262): {exc}", here) from exc
+        if not _rs_compiles(out):
+            raise SchemaCompileError(f"pattern {value!r} is not a regular expression jsonschema-rs can compile", here)
+        if out != value:
+            self.notes.append(
+                f"{here}: classes and word boundaries in pattern {value!r} spelled out (ASCII, as ECMA-262 defines them)"
+            )
+        return out
 
     def _ref(self, value: Any, here: str) -> str:
         if not isinstance(value, str) or not value.startswith("#"):
             raise SchemaCompileError(f"only local '#...' references are allowed, got {value!r}", here)
+        self.refs.append((value, here))
         if value.startswith("#/definitions/") or value == "#/definitions":
             return "#/$defs" + value[len("#/definitions") :]
         return value
@@ -277,36 +330,95 @@ class _Normalizer:
             del out["default"]
 
 
-def _check_refs(root: dict[str, Any], max_chain: int) -> None:
-    """Every local $ref must resolve, and no $ref cycle may re-check an instance without progress."""
-    refs: dict[str, str] = {}
-    _collect_refs(root, "", refs)
-    for where, ref in refs.items():
-        try:
-            target = resolve(root, parse_pointer(ref[1:]), None) if ref != "#" else root
-        except PointerSyntaxError as exc:
-            raise SchemaCompileError(f"$ref {ref!r} is not a valid pointer: {exc}", where) from exc
-        if target is None:
-            raise SchemaCompileError(f"$ref {ref!r} resolves to nothing", where)
-    explored: set[str] = set()
-    for start in refs:
-        _find_cycle(root, start.rsplit("/$ref", 1)[0], refs, explored, max_chain)
+def _has_ref(node: Any) -> bool:
+    """Whether a ``$ref`` key occurs anywhere under ``node`` (over-approximated: data counts too)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "$ref" in item:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
-def _collect_refs(node: Any, ptr: str, refs: dict[str, str]) -> None:
-    if isinstance(node, dict):
+@lru_cache(maxsize=4096)
+def _rs_compiles(pattern: str) -> bool:
+    import jsonschema_rs
+
+    try:
+        jsonschema_rs.validator_for({"pattern": pattern})
+    except (jsonschema_rs.ValidationError, ValueError):
+        return False
+    return True
+
+
+def _walk_schemas(root: dict[str, Any]) -> dict[str, Any]:
+    """Every subschema of a normalised schema by its canonical pointer, found by keyword position.
+
+    Only places where the keyword makes the value a schema are walked: the values of
+    ``properties``/``$defs``/..., the entries of ``allOf``/``prefixItems``/..., the schema of
+    ``items``/``not``/.... A key that merely *looks* like a keyword is judged by where it stands: a
+    property named ``enum`` is a schema, the value of ``enum`` never is, whatever it contains.
+    """
+    found: dict[str, Any] = {}
+    stack: list[tuple[str, Any]] = [("", root)]
+    while stack:
+        ptr, node = stack.pop()
+        found[ptr] = node
+        if not isinstance(node, dict):
+            continue
         for key, value in node.items():
             here = f"{ptr}/{escape_token(key)}"
-            if key == "$ref" and isinstance(value, str):
-                refs[here] = value
-            elif key not in ("enum", "const", "default", "examples"):
-                _collect_refs(value, here, refs)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            _collect_refs(value, f"{ptr}/{i}", refs)
+            if key in _SCHEMA_VALUED and isinstance(value, (dict, bool)):
+                stack.append((here, value))
+            elif key in _SCHEMA_MAPS and isinstance(value, dict):
+                stack.extend((f"{here}/{escape_token(name)}", child) for name, child in value.items())
+            elif key in _SCHEMA_LISTS and isinstance(value, list):
+                stack.extend((f"{here}/{i}", child) for i, child in enumerate(value))
+    return found
 
 
-def _find_cycle(root: dict[str, Any], start: str, refs: dict[str, str], explored: set[str], max_chain: int) -> None:
+def _ref_target(ref: str, where: str) -> str:
+    """The canonical pointer a local ``$ref`` names: its fragment percent-decoded, as both backends read it."""
+    try:
+        return format_pointer(parse_pointer(unquote(ref[1:], errors="strict")))
+    except (PointerSyntaxError, UnicodeDecodeError) as exc:
+        raise SchemaCompileError(f"$ref {ref!r} is not a valid JSON Pointer fragment: {exc}", where) from exc
+
+
+def _check_refs(root: dict[str, Any], max_chain: int) -> None:
+    """Every local $ref must name a subschema, and no $ref cycle may re-check an instance without progress.
+
+    A reference into a non-schema position (an ``enum`` value, a ``default``) is refused: the
+    backends would compile it as a schema that was never normalised or checked here.
+    """
+    schemas = _walk_schemas(root)
+    edges: dict[str, str] = {}
+    for ptr, node in schemas.items():
+        if isinstance(node, dict) and "$ref" in node:
+            ref, where = node["$ref"], f"{ptr}/$ref"
+            target = _ref_target(ref, where)
+            if target not in schemas:
+                found = resolve(root, parse_pointer(target), _NOTHING)
+                what = (
+                    "resolves to nothing"
+                    if found is _NOTHING
+                    else "does not name a subschema (only schema positions can be referenced)"
+                )
+                raise SchemaCompileError(f"$ref {ref!r} {what}", where)
+            edges[ptr] = target
+    explored: set[str] = set()
+    for start in edges:
+        _find_cycle(schemas, start, edges, explored, max_chain)
+
+
+_NOTHING = object()
+
+
+def _find_cycle(schemas: dict[str, Any], start: str, edges: dict[str, str], explored: set[str], max_chain: int) -> None:
     """Iterative depth-first search over in-place applicators (no recursion, so no stack limit).
 
     A cycle that re-validates the same instance never terminates; a chain of in-place references
@@ -329,16 +441,16 @@ def _find_cycle(root: dict[str, Any], start: str, refs: dict[str, str], explored
             continue
         if depth > max_chain:
             raise SchemaCompileError(f"chain of in-place references is longer than {max_chain}", ptr)
-        node = resolve(root, parse_pointer(ptr), None)
+        node = schemas.get(ptr)
         if not isinstance(node, dict):
             explored.add(ptr)
             continue
         path.append(ptr)
         on_path.add(ptr)
         stack.append(("\0done", depth))
-        ref = refs.get(f"{ptr}/$ref")
-        if ref is not None:
-            stack.append(("" if ref == "#" else ref[1:], depth + 1))
+        target = edges.get(ptr)
+        if target is not None:
+            stack.append((target, depth + 1))
         for key in _IN_PLACE:
             child = node.get(key)
             if isinstance(child, list):

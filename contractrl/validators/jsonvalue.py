@@ -32,6 +32,24 @@ def json_equal(a: Any, b: Any) -> bool:
     return a == b
 
 
+def json_identical(a: Any, b: Any) -> bool:
+    """Same JSON type and value at every depth: unlike :func:`json_equal`, ``1`` is not ``1.0``.
+
+    Immutable fields are identity (ids, amounts owned by someone else): a whole-object answer that
+    turns ``1`` into ``1.0`` changed the value a typed tool receives, though RFC 6902 calls them equal.
+    """
+    if a is b:
+        return True
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is dict:
+        return a.keys() == b.keys() and all(json_identical(v, b[k]) for k, v in a.items())
+    if ta is list:
+        return len(a) == len(b) and all(json_identical(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
 def deep_copy(value: Any) -> Any:
     """Copy a JSON value; much faster than :func:`copy.deepcopy` for plain JSON trees."""
     t = type(value)

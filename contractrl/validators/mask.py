@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .codes import Code
 from .patch import PatchOp
-from .pointer import Tokens, is_prefix
+from .pointer import Tokens, index_at_least, is_prefix
 
 
 @dataclass(slots=True)
@@ -44,10 +44,10 @@ def _shifts_immutable(target: Tokens, immutable: tuple[Tokens, ...]) -> Tokens |
     """
     if not target or not _is_index(target[-1]):
         return None
-    parent, index = target[:-1], int(target[-1])
+    parent, index = target[:-1], target[-1]
     depth = len(parent)
     for frozen in immutable:
-        if len(frozen) > depth and frozen[:depth] == parent and _is_index(frozen[depth]) and int(frozen[depth]) >= index:
+        if len(frozen) > depth and frozen[:depth] == parent and _is_index(frozen[depth]) and index_at_least(frozen[depth], index):
             return frozen
     return None
 

@@ -66,9 +66,17 @@ def array_index(token: str, length: int, *, allow_end: bool) -> int | None:
         return length if allow_end else None
     if not token.isdigit() or not token.isascii() or (len(token) > 1 and token[0] == "0"):
         return None
-    index = int(token)
     limit = length if allow_end else length - 1
+    if len(token) > len(str(max(limit, 0))):  # more digits than any index here: never int() a 5,000-digit token
+        return None
+    index = int(token)
     return index if index <= limit else None
+
+
+def index_at_least(token: str, other: str) -> bool:
+    """``int(token) >= int(other)`` for two canonical RFC 6901 indices, compared as digit strings
+    so that a hostile 5,000-digit token costs a length comparison, not a conversion that raises."""
+    return (len(token), token) >= (len(other), other)
 
 
 def resolve(document: Any, tokens: Tokens, default: Any = _MISSING) -> Any:

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+from urllib.parse import unquote
 
 import jsonschema_rs
 
@@ -53,7 +54,7 @@ def _schema_at(schema: Any, path: list[str | int]) -> Any:
     for token in path:
         if token == "$ref" and isinstance(node, dict) and isinstance(node.get("$ref"), str):
             ref = node["$ref"]
-            node = root if ref == "#" else resolve(root, parse_pointer(ref[1:]), None)
+            node = root if ref == "#" else resolve(root, parse_pointer(unquote(ref[1:])), None)
             continue
         if isinstance(node, dict):
             node = node.get(str(token))
@@ -100,7 +101,12 @@ _QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
 
 class PythonBackend:
-    """python-jsonschema Draft202012Validator with its format checker: the reference.
+    """python-jsonschema Draft202012Validator: the reference, with the standard's regexes and formats.
+
+    Patterns are ECMA-262 and time-bounded, ``email`` is RFC 5321 and ``regex`` is ECMA-262
+    syntax (:mod:`.python_reference`), so this backend refuses what the standard refuses. A
+    validation whose regex searches run past their budget is a refusal (``pattern_mismatch`` at
+    the root), never a verdict guessed from a partial search.
 
     Imported on first use: its format checkers take seconds to import (they build grammars), a
     cost the default ``rs`` path and every short CLI call should not pay.
@@ -111,36 +117,59 @@ class PythonBackend:
     def __init__(self, schema: dict[str, Any] | bool) -> None:
         import jsonschema
 
-        cls = jsonschema.Draft202012Validator
+        from .python_reference import format_checker, multiple_of
+
+        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": multiple_of})
         try:
-            cls.check_schema(schema)
+            cls.check_schema(schema, format_checker=format_checker())  # patterns are ECMA-262, not Python re
         except jsonschema.SchemaError as exc:
             raise SchemaCompileError(f"schema is not valid Draft 2020-12: {exc.message}") from exc
-        self._validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        self._validator = cls(schema, format_checker=format_checker())
 
     def is_valid(self, instance: Any) -> bool:
-        return self._validator.is_valid(instance)
+        from .ecma_regex import RegexTimeout
+        from .python_reference import ecma_patterns
+
+        try:
+            with ecma_patterns():
+                return self._validator.is_valid(instance)
+        except RegexTimeout:
+            return False
 
     def raw_errors(self, instance: Any) -> Iterator[RawError]:
-        for error in self._validator.iter_errors(instance):
-            keyword = error.validator if error.validator is not None else "false"
-            names: tuple[str, ...] = ()
-            inst = error.instance
-            if keyword == "required" and isinstance(inst, dict):
-                names = tuple(r for r in error.validator_value if r not in inst)
-            elif keyword == "dependentRequired" and isinstance(inst, dict):
-                names = tuple(d for p, deps in error.validator_value.items() if p in inst for d in deps if d not in inst)
-            elif keyword == "additionalProperties" and isinstance(inst, dict):
-                names = tuple(_extra_properties(inst, error.schema))
-            elif keyword == "unevaluatedProperties":
-                names = tuple(_QUOTED.findall(error.message))
-            yield RawError(str(keyword), tuple(error.absolute_path), error.validator_value, names)
+        from .ecma_regex import RegexTimeout
+        from .python_reference import ecma_patterns
+
+        try:
+            with ecma_patterns():  # the names of extra properties are found by pattern searches too
+                raws = [self._raw(error) for error in self._validator.iter_errors(instance)]
+        except RegexTimeout as exc:
+            yield RawError("pattern", (), exc.pattern)  # located at the root: the search never finished
+            return
+        yield from raws
+
+    @staticmethod
+    def _raw(error: Any) -> RawError:
+        keyword = error.validator if error.validator is not None else "false"
+        names: tuple[str, ...] = ()
+        inst = error.instance
+        if keyword == "required" and isinstance(inst, dict):
+            names = tuple(r for r in error.validator_value if r not in inst)
+        elif keyword == "dependentRequired" and isinstance(inst, dict):
+            names = tuple(d for p, deps in error.validator_value.items() if p in inst for d in deps if d not in inst)
+        elif keyword == "additionalProperties" and isinstance(inst, dict):
+            names = tuple(_extra_properties(inst, error.schema))
+        elif keyword == "unevaluatedProperties":
+            names = tuple(_QUOTED.findall(error.message))
+        return RawError(str(keyword), tuple(error.absolute_path), error.validator_value, names)
 
 
 def _extra_properties(instance: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    from .ecma_regex import search
+
     props = schema.get("properties", {})
-    patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
-    return [k for k in instance if k not in props and not any(p.search(k) for p in patterns)]
+    patterns = list(schema.get("patternProperties", {}))
+    return [k for k in instance if k not in props and not any(search(p, k) for p in patterns)]
 
 
 _KEYWORD_CODES: dict[str, Code] = {
@@ -245,6 +274,7 @@ def to_verifier_errors(instance: Any, raw: RawError) -> list[VerifierError]:
 
 _INT_LIKE = re.compile(r"[+-]?[0-9]+")
 _INT_START = frozenset("+-0123456789")
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]*")  # what str(int(key)) gives back, without converting
 
 
 def _has_lossy_key(instance: Any) -> bool:
@@ -259,7 +289,7 @@ def _has_lossy_key(instance: Any) -> bool:
         node = stack.pop()
         if isinstance(node, dict):
             for key, value in node.items():
-                if key == "" or (key[0] in _INT_START and _INT_LIKE.fullmatch(key) and str(int(key)) != key):
+                if key == "" or (key[0] in _INT_START and _INT_LIKE.fullmatch(key) and not _CANONICAL_INT.fullmatch(key)):
                     return True
                 if isinstance(value, (dict, list)):
                     stack.append(value)

@@ -9,10 +9,12 @@ a policy repairs the two differently. The raw text is always kept.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from .codes import Code
@@ -87,9 +89,19 @@ def _reject_constant(name: str) -> Any:
 
 
 def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, as the float that names the same decimal.
+
+    Overflow to infinity is refused, and so is rounding past the float's shortest decimal:
+    ``1e-400`` would become ``0.0`` and satisfy ``{"maximum": 0}``, ``1.00000000000000000001``
+    would become ``1.0`` and satisfy ``{"maximum": 1}``. A released float's shortest decimal equals
+    the text, so every ordered comparison on released numbers is the comparison of their texts.
+    """
     value = float(text)
     if not math.isfinite(value):
         raise _Reject(Code.NON_FINITE_NUMBER, f"number {text[:40]!r} overflows to a non-finite float")
+    if (len(text) > 15 or "e" in text or "E" in text) and Decimal(text) != Decimal(repr(value)):
+        what = "underflows to 0.0" if value == 0.0 else f"would be rounded to {value!r}"
+        raise _Reject(Code.NON_FINITE_NUMBER, f"number {text[:40]!r} {what}; it cannot be compared exactly")
     return value
 
 
@@ -204,14 +216,20 @@ def parse_json_text(raw: str | bytes, limits: ParseLimits = DEFAULT_LIMITS, fini
 
 
 def parse_response(raw: str | bytes, limits: ParseLimits = DEFAULT_LIMITS, finish_reason: str | None = None) -> ParsedResponse:
-    """Classify model text as ABSTAIN, an explicit refusal, or strict JSON (see parse_json_text)."""
-    starts_json = isinstance(raw, str) and raw[:1] in ("[", "{")
-    if isinstance(raw, str) and not starts_json and len(raw) <= limits.max_bytes:
-        abstain = _ABSTAIN_RE.match(raw)
+    """Classify model text as ABSTAIN, an explicit refusal, or strict JSON (see parse_json_text).
+
+    Bytes (a file, a socket) are read as UTF-8 first, so ``ABSTAIN`` means the same whether it
+    arrives as text or as bytes; undecodable bytes go on to be reported by the JSON parser."""
+    text: str | None = raw if isinstance(raw, str) else None
+    if isinstance(raw, bytes) and len(raw) <= limits.max_bytes:
+        with contextlib.suppress(UnicodeDecodeError):
+            text = raw.decode("utf-8", errors="strict")
+    if text is not None and text[:1] not in ("[", "{") and len(text) <= limits.max_bytes:
+        abstain = _ABSTAIN_RE.match(text)
         if abstain:
-            return ParsedResponse(Code.ABSTAIN, raw, message=(abstain.group("reason") or "").strip())
-        if _REFUSAL_RE.match(raw):
-            return ParsedResponse(Code.REFUSAL, raw, message="explicit refusal")
+            return ParsedResponse(Code.ABSTAIN, text, message=(abstain.group("reason") or "").strip())
+        if _REFUSAL_RE.match(text):
+            return ParsedResponse(Code.REFUSAL, text, message="explicit refusal")
     parsed = parse_json_text(raw, limits, finish_reason)
     if parsed.is_value and isinstance(parsed.value, dict) and set(parsed.value) == {"refusal"}:
         return ParsedResponse(Code.REFUSAL, parsed.raw, message=str(parsed.value["refusal"])[:200])

@@ -23,7 +23,7 @@ from .apply import apply_patch
 from .attempts import AttemptClass, classify_attempt, consumes_attempt
 from .codes import Code
 from .collateral import changed_leaves, outside
-from .jsonvalue import json_equal
+from .jsonvalue import json_identical
 from .mask import static_violation
 from .patch import OP_KINDS, AbstainAction, InvalidAction, RefusalAction, parse_action
 from .pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
@@ -198,7 +198,7 @@ class RepairContract:
                 state, attempt, parsed.raw, Code.WRONG_TYPE, "", "the arguments must be one JSON object", (), start
             )
         for tokens, pointer in zip(self._immutable_tokens, self.immutable, strict=True):
-            if not json_equal(resolve(state.candidate, tokens, _ABSENT), resolve(parsed.value, tokens, _ABSENT)):
+            if not json_identical(resolve(state.candidate, tokens, _ABSENT), resolve(parsed.value, tokens, _ABSENT)):
                 return self._reject(
                     state, attempt, parsed.raw, Code.PATH_IMMUTABLE, pointer, f"{pointer} is immutable", (), start
                 )
@@ -233,7 +233,7 @@ class RepairContract:
                 return self._reject(
                     state, attempt, action.raw, violation.code, violation.pointer, violation.message, ops_dicts, start
                 )
-        applied = apply_patch(state.candidate, action.ops)
+        applied = apply_patch(state.candidate, action.ops, self.verifier.limits)
         if not applied.ok:
             assert applied.code is not None
             return self._reject(state, attempt, action.raw, applied.code, applied.pointer, applied.message, ops_dicts, start)

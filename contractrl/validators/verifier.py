@@ -55,7 +55,9 @@ class Verifier:
                 return VerifierReport.accept()
             errors = self.contract.check(instance)
         else:
-            errors = self.schema.errors_of_invalid(instance) + (self.contract.check(instance) if self.contract else [])
+            schema_errors = self.schema.errors_of_invalid(instance)
+            reported = {e.pointer for e in schema_errors}
+            errors = schema_errors + (self.contract.check(instance, reported) if self.contract else [])
         return VerifierReport.reject(errors) if errors else VerifierReport.accept()
 
     def verify_text(self, text: str | bytes, finish_reason: str | None = None) -> tuple[VerifierReport, Any]:

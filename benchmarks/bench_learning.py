@@ -47,7 +47,7 @@ DEFAULTS = (
     "train.data.eval_cases=130",
     "train.sft.steps=150",
     "train.grpo.steps=16",
-    "whole_object.sft_steps=120",
+    "whole_object.sft_steps=150",  # the same SFT budget as the patch arms
     "train.wandb.mode=disabled",
 )
 

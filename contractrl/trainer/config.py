@@ -58,7 +58,7 @@ class ModelConfig:
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     gradient_checkpointing: bool = False
     # on a CPU with native bf16 (AMX, AVX512-BF16), run matrix products in bf16 under autocast;
-    # weights and optimizer state stay fp32 (rollout/cpu.py). About twice as fast there.
+    # weights and optimizer state stay fp32 (rollout/cpu.py). About 1.4x faster there.
     cpu_bf16: bool = True
     lora: LoraConfig = field(default_factory=LoraConfig)
 

@@ -115,10 +115,11 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
     if {"patch_sft", "contractrl"} <= set(systems):
         sft, grpo = systems["patch_sft"], systems["contractrl"]
         single = sft[sft["case_family"].isin(SINGLE_FIELD)]
+        # GRPO - SFT on semantic success over every held-out case at the top level, the rest beside it
         out["paired"] = {
-            "grpo_minus_sft": paired(sft, grpo, seed=seed),
-            "grpo_minus_sft_single_field": paired(single, grpo.loc[single.index], seed=seed),
-            **{f"grpo_minus_sft_{c}": paired(sft, grpo, c, seed) for c in ("retries", "masked_attempts", "generated_tokens")},
+            **paired(sft, grpo, seed=seed),
+            "single_field": paired(single, grpo.loc[single.index], seed=seed),
+            **{column: paired(sft, grpo, column, seed) for column in ("retries", "masked_attempts", "generated_tokens")},
         }
     out["arms"] = {name: arm_summary(frame) for name, frame in systems.items()}
     if "contractrl" in systems:
@@ -135,8 +136,13 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
     return out
 
 
-def _ratio(a: pd.Series, b: pd.Series) -> float:
-    return float(a.mean() / b.mean()) if b.mean() else float("nan")
+def _ratio(a: pd.Series, b: pd.Series) -> float | None:
+    """a's mean over b's; None (JSON null, not NaN) where b generates nothing, like the heuristic."""
+    return float(a.mean() / b.mean()) if b.mean() else None
+
+
+def _times(ratio: float | None) -> str:
+    return "n/a (it generates none)" if ratio is None else f"x{ratio:.2f}"
 
 
 def _fmt(row: dict[str, Any]) -> str:
@@ -150,9 +156,12 @@ def print_report(result: dict[str, Any]) -> None:
     print("|---|" + "---|" * len(stages))
     for family in [*result["families"], "single_field", "pooled"]:
         print(f"| {family} | " + " | ".join(_fmt(result[s][family]) for s in stages) + " |")
-    for name, p in result.get("paired", {}).items():
-        extra = f", McNemar p = {p['mcnemar_p']:.3g}" if "mcnemar_p" in p else ""
-        print(f"{name}: {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] (n={p['n']}){extra}")
+    if "paired" in result:
+        pooled = result["paired"]
+        nested = {key: value for key, value in pooled.items() if isinstance(value, dict)}
+        for name, p in {"success": pooled, **nested}.items():
+            extra = f", McNemar p = {p['mcnemar_p']:.3g}" if "mcnemar_p" in p else ""
+            print(f"GRPO - SFT, {name}: {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] (n={p['n']}){extra}")
     print("\n| system | success | schema-valid | collateral | gen tokens | retries | latency mean s | latency p95 s |")
     print("|---|---|---|---|---|---|---|---|")
     for name, a in result["arms"].items():
@@ -164,7 +173,7 @@ def print_report(result: dict[str, Any]) -> None:
         s = c["semantic_success"]
         print(
             f"ContractRL - {other}: success {s['diff']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}], "
-            f"McNemar p = {s['mcnemar_p']:.3g}; tokens x{c['generated_tokens_ratio']:.2f}; "
+            f"McNemar p = {s['mcnemar_p']:.3g}; tokens {_times(c['generated_tokens_ratio'])}; "
             f"collateral {c['collateral']['diff']:+.3f}"
         )
 

@@ -43,7 +43,7 @@ EMBEDDED_DEFAULT: dict[str, Any] = {
         "seed": 0,
         "stages": ["sft", "grpo"],
         "model": {"name": "smollm2", "lora": {"enabled": True, "r": 16, "alpha": 32}},
-        "data": {"train_cases": 256, "eval_cases": 64, "max_attempts": 2, "max_ops": 2},
+        "data": {"train_cases": 256, "eval_cases": 52, "max_attempts": 2, "max_ops": 2},  # 4 per family
         "sft": {
             "steps": 60,
             "batch_size": 4,
@@ -52,7 +52,7 @@ EMBEDDED_DEFAULT: dict[str, Any] = {
             "optim": {"lr": 2.0e-3, "warmup_steps": 3, "schedule": "cosine"},
         },
         "grpo": {
-            "steps": 6,
+            "steps": 4,  # the main job's budget is 30 min on 2 cores; bench_learning runs 16
             "cases_per_step": 4,
             "group_size": 4,
             "max_new_tokens": 64,

@@ -299,6 +299,7 @@ def _cli(*args: str, cwd: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_report_of_a_small_real_run(tmp_path: Path) -> None:
     _cli("cases", "generate", "--seed", "4", "--n", "39", "--out", "cases", cwd=tmp_path)
     common = ("--cases", "cases", "--workers", "0")

@@ -32,6 +32,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "cases", root / "run"
 
 
+@pytest.mark.slow
 def test_join_scores_every_episode_with_ray_data_and_locally(run: tuple[Path, Path], tmp_path: Path) -> None:
     cases, run_dir = run
     with_ray = read_episodes(join_runs([run_dir], [cases], tmp_path / "ray", use_ray=True))

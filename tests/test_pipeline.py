@@ -31,6 +31,7 @@ def _run(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*prefix, *args], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     assert "contractrl run --quick --out runs/quick" in (REPO_ROOT / "README.md").read_text()
     out = tmp_path / "quick"

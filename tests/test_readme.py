@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO_ROOT, SHARED_DATA
 
 # check on the example call reports the two corruptions (exit 1); everything else succeeds
@@ -22,6 +24,7 @@ def _readme_commands() -> list[list[str]]:
     return [shlex.split(line) for block in blocks for line in block.splitlines() if line.startswith("contractrl ")]
 
 
+@pytest.mark.slow
 def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
     commands = _readme_commands()
     expected = {"check", "patch", "demo", "cases", "screen", "rollout", "ledger", "train", "tune", "study", "report", "run"}

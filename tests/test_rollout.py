@@ -273,6 +273,7 @@ def test_ray_pool_larger_than_the_cluster_is_a_clear_error(ray_local: Any) -> No
         RayPool(3, start_timeout_s=5)
 
 
+@pytest.mark.slow
 def test_rollout_cli_writes_a_verifiable_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cases = tmp_path / "cases"
     assert main(["cases", "generate", "--seed", "2", "--n", "26", "--out", str(cases)]) == 0

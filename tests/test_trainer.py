@@ -137,6 +137,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, mode
         train(_config(tmp_path / "b", model_cache, *common, "resume=true", "grpo.steps=4"))
 
 
+@pytest.mark.slow
 def test_ray_data_parallel_learners_with_a_separate_generator(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     """Two DeepSpeed ZeRO-2 ranks (gloo) train data-parallel in Ray actors; a separate generator actor
     receives the LoRA adapter tensors after every update; transitions run on a worker actor."""

@@ -55,6 +55,7 @@ def test_trial_resources_reserve_every_actor() -> None:
     assert bundles[4:] == [{"CPU": 1.0}] * 3
 
 
+@pytest.mark.slow
 def test_two_trial_sweep_on_cpu(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text(
         f"""

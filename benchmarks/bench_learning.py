@@ -16,7 +16,7 @@ scored held-out episodes and gives, with denominators:
     python benchmarks/bench_learning.py --out runs/bench_learning [key=value ...] [--json]
         [--save benchmarks/results/learning-smollm2.json]
 
-``key=value`` are overrides of the run config (``contractrl run --print-config`` lists them), e.g.
+``key=value`` are overrides of the main job's config (``contractrl run --print-config`` lists them), e.g.
 ``train.model.name=tiny``. An interrupted benchmark resumes where it stopped, like ``contractrl run``.
 Record the output in benchmarks/RESULTS.md.
 """
@@ -38,7 +38,7 @@ import pandas as pd
 from contractrl.analysis.stats import mcnemar_exact, paired_bootstrap
 from contractrl.analysis.tables import p95
 from contractrl.configtree import to_dict
-from contractrl.pipeline import load_run_config, run_pipeline
+from contractrl.pipeline import load_main_job_config, run_main_job
 
 SINGLE_FIELD = ("missing_required", "wrong_type", "constraint_violation", "nested_field", "array_element")
 # sized to finish in about an hour on a 2-core CPU (every family, 10 held-out cases each)
@@ -185,9 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save", help="also write the JSON result to this file")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
-    config = load_run_config(out=args.out, overrides=[*DEFAULTS, *args.overrides])
+    config = load_main_job_config(out=args.out, overrides=[*DEFAULTS, *args.overrides])
     start = time.perf_counter()
-    result_run = run_pipeline(config, progress=not args.json)
+    result_run = run_main_job(config, progress=not args.json)
     wall = time.perf_counter() - start
     episodes = pd.read_parquet(Path(result_run.report.out) / "episodes.parquet")
     result = {

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from contractrl.rollout.env import RepairEnv
-from contractrl.rollout.prompts import ARMS, MODES, render_blocks, render_messages, render_prompt
+from contractrl.rollout.prompts import MODES, render_blocks, render_messages, render_prompt
+from contractrl.tasks.arms import ARMS
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.trainer.presets import load_tokenizer, model_path
 

@@ -18,6 +18,7 @@ from . import __version__
 from .errors import ConfigError, ContractRLError
 from .io import read_bytes, read_json_file
 from .rollout.prompts import FEEDBACK, MODES
+from .tasks.arms import ARMS, WHOLE_OBJECT_ARMS
 from .validators import Budgets, RepairContract, Verifier, VerifierReport, load_contract
 from .validators.contracts import EMPTY_CONTRACT
 from .validators.patch import OP_KINDS
@@ -166,7 +167,6 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
     """feedback variant -> policy. Scripted policies read no prompt, so the variant does not change them."""
     spec, cases_dir, arm = args.policy, args.cases, args.arm
     from .rollout.policies import ABSTAIN, HeuristicPolicy, ReplayPolicy
-    from .rollout.prompts import WHOLE_OBJECT_ARMS
 
     if spec == "heuristic":
         heuristic = HeuristicPolicy()
@@ -215,8 +215,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise ConfigError("--workers must be >= 0 and --group >= 1")
     with _library_output_to_stderr():
         policy = _policy(args)
-        pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
-    runner = EpisodeRunner(policy, pool, arm=args.arm)
+        ray_pool = RayPool(args.workers) if args.workers > 0 else None
+    runner = EpisodeRunner(policy, ray_pool or LocalPool(1), arm=args.arm)
     config = {
         "cases_files_sha256": read_manifest(args.cases)["files"],
         "policy": args.policy,
@@ -227,10 +227,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "feedback": args.feedback,
     }
     labels = {"mode": args.mode, "feedback": args.feedback, **dict(args.label or [])}
-    progress = tqdm(total=len(cases) * args.group, desc="episodes", unit="ep", disable=None, file=sys.stderr)
-    with _library_output_to_stderr():
-        digest = write_run(args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress, labels=labels)
-    progress.close()
+    progress = tqdm(
+        total=len(cases) * args.group, desc="episodes", unit="ep", disable=True if args.no_progress else None, file=sys.stderr
+    )
+    try:
+        with _library_output_to_stderr():
+            digest = write_run(
+                args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress, labels=labels
+            )
+    finally:
+        progress.close()
+        if ray_pool is not None:
+            ray_pool.shutdown()
     _emit({"run_dir": str(args.out), "ledger_sha256": digest, "episodes": len(cases) * args.group})
     return EXIT_OK
 
@@ -245,7 +253,7 @@ def _label(text: str) -> tuple[str, str]:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from .analysis import studies
+    from .experiments import studies
     from .rollout.pool import RayPool
     from .rollout.runner import LocalPool
     from .tasks.store import read_public, write_case_set
@@ -354,14 +362,12 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .configtree import load_config, to_dict
+    from .configtree import load_config, to_commented_yaml
     from .trainer.config import TrainConfig
 
     config = load_config(TrainConfig, args.config, args.overrides)
     if args.print_config:
-        import yaml
-
-        sys.stdout.write(yaml.safe_dump(to_dict(config), sort_keys=False))
+        sys.stdout.write(to_commented_yaml(config))
         return EXIT_OK
     from .trainer.entry import train
 
@@ -381,17 +387,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .configtree import to_dict
-    from .pipeline import TINY_NOTE, format_summary, load_run_config, run_pipeline
+    from .configtree import to_commented_yaml
+    from .pipeline import TINY_NOTE, format_summary, load_main_job_config, run_main_job
 
-    config = load_run_config(quick=args.quick, out=args.out, overrides=args.overrides)
+    config = load_main_job_config(quick=args.quick, out=args.out, overrides=args.overrides)
     if args.print_config:
-        import yaml
-
-        sys.stdout.write(yaml.safe_dump(to_dict(config), sort_keys=False))
+        sys.stdout.write(to_commented_yaml(config))
         return EXIT_OK
     with _library_output_to_stderr():
-        result = run_pipeline(config, progress=not args.no_progress)
+        result = run_main_job(config, progress=not args.no_progress)
     unsafe = sum(int(row["unsafe_dispatch"]) for row in result.summary)
     print(f"\nHeld-out results ({result.report.episodes} episodes, same-information mode, all families pooled;")
     print("the tables keep families apart):\n")
@@ -472,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollout = sub.add_parser("rollout", help="run repair episodes over a case set into a frozen, hashed ledger")
     rollout.add_argument("--cases", required=True, help="a case set written by `cases generate`")
     rollout.add_argument("--policy", required=True, help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<name-or-path>")
-    rollout.add_argument("--arm", default="contractrl", choices=("contractrl", "patch_sft", "full_regen", "constrained"))
+    rollout.add_argument("--arm", default="contractrl", choices=ARMS)
     rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
     rollout.add_argument("--group", type=int, default=1, help="episodes per case (G)")
     rollout.add_argument("--seed", type=int, default=0)
@@ -482,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_argument("--feedback", choices=FEEDBACK, default="full", help="hf policies: how much of the typed report")
     rollout.add_argument("--label", type=_label, action="append", metavar="KEY=VALUE", help="a run label for the report")
     rollout.add_argument("--out", required=True, help="a new run directory")
+    rollout.add_argument("--no-progress", action="store_true", help="no progress bars")
     rollout.set_defaults(func=cmd_rollout)
 
     study = sub.add_parser("study", help="the runs of one study table: feedback, noise, budget, horizon or transfer")
@@ -491,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy", default="heuristic", help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<trained model or adapter dir>"
     )
     study.add_argument("--cases", help="the held-out case set (noise: generated under --out when not given)")
-    study.add_argument("--arm", default="contractrl", choices=("contractrl", "patch_sft", "full_regen", "constrained"))
+    study.add_argument("--arm", default="contractrl", choices=ARMS)
     study.add_argument("--stage", default="", help="a label for the policy's training stage, e.g. grpo")
     study.add_argument("--workers", type=int, default=0, help="Ray validator workers (0 = in-process, no Ray)")
     study.add_argument("--seed", type=int, default=0)

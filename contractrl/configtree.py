@@ -14,7 +14,7 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -103,7 +103,16 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
         close = difflib.get_close_matches(str(key), list(fields), n=1)
         hint = f"; did you mean {_join(prefix, close[0])!r}?" if close else f"; known keys: {', '.join(sorted(fields))}"
         raise ConfigError(f"unknown config key {_join(prefix, str(key))!r}{hint}")
-    kwargs = {name: _coerce(hints[name], value, _join(prefix, name)) for name, value in data.items()}
+    kwargs = {}
+    for name, value in data.items():
+        spec = fields[name]
+        if isinstance(value, Mapping) and spec.default_factory is not dataclasses.MISSING:
+            # a partial section overrides the field's own default (sft.optim's cosine schedule),
+            # not the defaults of the section's class
+            default = spec.default_factory()
+            if dataclasses.is_dataclass(default):
+                value = merge(to_dict(default), value)
+        kwargs[name] = _coerce(hints[name], value, _join(prefix, name))
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -202,10 +211,47 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
 _DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
+def setting(default: Any = dataclasses.MISSING, *, help: str, factory: Callable[[], Any] | None = None) -> Any:
+    """A config field with its one-line help text, which ``--print-config`` shows beside the value
+    (field metadata, as TRL's configs carry it). ``factory`` builds mutable or nested defaults."""
+    if not help.strip():
+        raise ValueError("a config field needs a help text")
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def to_commented_yaml(config: Any, indent: int = 0) -> str:
+    """The config tree as YAML, each key followed by its help as a comment; loads back to ``to_dict``."""
+    lines = []
+    pad = " " * indent
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        comment = f"  # {f.metadata['help']}" if f.metadata.get("help") else ""
+        if dataclasses.is_dataclass(value):
+            lines.append(f"{pad}{f.name}:{comment}")
+            lines.append(to_commented_yaml(value, indent + 2).rstrip("\n"))
+        else:
+            flow = yaml.safe_dump([to_dict(value)], default_flow_style=True, width=1 << 16).strip()[1:-1]
+            lines.append(f"{pad}{f.name}: {flow}{comment}")
+    return "\n".join(lines) + "\n"
+
+
 def check(condition: bool, message: str) -> None:
     """Raise :class:`ConfigError` unless ``condition``: for range checks in ``__post_init__``."""
     if not condition:
         raise ConfigError(message)
 
 
-__all__ = ["check", "from_dict", "load_config", "merge", "nest", "parse_overrides", "read_yaml", "to_dict"]
+__all__ = [
+    "check",
+    "from_dict",
+    "load_config",
+    "merge",
+    "nest",
+    "parse_overrides",
+    "read_yaml",
+    "setting",
+    "to_commented_yaml",
+    "to_dict",
+]

@@ -24,53 +24,21 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from .analysis.report import Report, build_report
-from .analysis.studies import StudySetup, evaluate
 from .analysis.tables import DEFAULT_THRESHOLDS
-from .configtree import check, from_dict, merge, nest, parse_overrides, to_dict
+from .configtree import check, from_dict, merge, nest, parse_overrides, setting, to_dict
+from .experiments.studies import StudySetup, evaluate
 from .trainer.config import TrainConfig
 
-# The embedded default: SmolLM2-135M-Instruct with LoRA (a real pretrained model, taken from a PyPI
-# wheel; no model hub), the built-in tool catalog, local Ray. Sized for a 2-core CPU in under 30
-# minutes, DeepSpeed's one-time op build and the model's one-time conversion included.
-EMBEDDED_DEFAULT: dict[str, Any] = {
-    "out": "runs/main",
-    "train": {
-        "seed": 0,
-        "stages": ["sft", "grpo"],
-        "model": {"name": "smollm2", "lora": {"enabled": True, "r": 16, "alpha": 32}},
-        "data": {"train_cases": 256, "eval_cases": 52, "max_attempts": 2, "max_ops": 2},  # 4 per family
-        "sft": {
-            "steps": 60,
-            "batch_size": 4,
-            "micro_batch_size": 4,
-            "arm": "patch_sft",
-            "optim": {"lr": 2.0e-3, "warmup_steps": 3, "schedule": "cosine"},
-        },
-        "grpo": {
-            "steps": 4,  # the main job's budget is 30 min on 2 cores; bench_learning runs 16
-            "cases_per_step": 4,
-            "group_size": 4,
-            "max_new_tokens": 64,
-            "generation_batch_size": 16,
-            "micro_batch_size": 4,
-            "arm": "contractrl",
-            # gentle: at 2e-4 six steps collapsed the SFT policy to ABSTAIN everywhere (RESULTS.md)
-            "optim": {"lr": 3.0e-5},
-        },
-        "reward": {"collateral": 0.1, "retry": 0.1, "unsafe": 0.2, "tokens": 0.001},
-        "deepspeed": {"enabled": True, "zero_stage": 0},
-        "resources": {"num_learners": 1, "learner_cpus": 1, "learner_threads": 2, "num_workers": 1, "worker_cpus": 1},
-        "checkpoint": {"every": 20, "keep": 2},
-        "eval": {"max_new_tokens": 96, "batch_size": 16},
-        "wandb": {"mode": "offline", "project": "contractrl"},
-    },
-    "whole_object": {"sft_steps": 60, "max_new_tokens": 160},
-}
+# The embedded default is MainJobConfig's defaults below, whose training section is TrainConfig's own
+# defaults (trainer/config.py): SmolLM2-135M-Instruct with LoRA (a real pretrained model, taken from
+# a PyPI wheel; no model hub), the built-in tool catalog, local Ray. Sized for a 2-core CPU in under
+# 30 minutes, DeepSpeed's one-time op build and the model's one-time conversion included.
+
 # --quick: the same pipeline with the tiny preset, small enough for a first look in a few minutes.
 # tiny is built from a config and cannot learn the task: it shows the mechanics, not learning.
 QUICK: dict[str, Any] = {
@@ -96,9 +64,9 @@ TINY_NOTE = (
 class WholeObjectConfig:
     """The model behind the full-regeneration and constrained-decoding arms."""
 
-    enabled: bool = True
-    sft_steps: int = 200
-    max_new_tokens: int = 160
+    enabled: bool = setting(True, help="train and evaluate the whole-object arms")
+    sft_steps: int = setting(60, help="SFT steps on gold target objects (the patch arms' SFT budget)")
+    max_new_tokens: int = setting(160, help="generation limit per whole object")
 
     def __post_init__(self) -> None:
         check(self.sft_steps >= 1, f"whole_object.sft_steps must be >= 1, got {self.sft_steps}")
@@ -107,8 +75,8 @@ class WholeObjectConfig:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    workers: int = 1  # Ray Data scoring workers; 0 scores in process
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    workers: int = setting(1, help="Ray Data scoring workers (0 scores in this process)")
+    thresholds: tuple[float, ...] = setting(DEFAULT_THRESHOLDS, help="confidence thresholds of the coverage-risk table")
 
     def __post_init__(self) -> None:
         check(self.workers >= 0, f"report.workers must be >= 0, got {self.workers}")
@@ -116,38 +84,41 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    out: str = "runs/main"
-    train: TrainConfig = field(default_factory=TrainConfig)
-    whole_object: WholeObjectConfig = field(default_factory=WholeObjectConfig)
-    references: bool = True  # the heuristic and oracle-replay references
-    report: ReportConfig = field(default_factory=ReportConfig)
+class MainJobConfig:
+    out: str = setting("runs/main", help="the main job's directory (training under out/train)")
+    train: TrainConfig = setting(factory=TrainConfig, help="the ContractRL / Patch-SFT training")
+    whole_object: WholeObjectConfig = setting(factory=WholeObjectConfig, help="the whole-object arms' model")
+    references: bool = setting(True, help="also run the heuristic and oracle-replay references")
+    report: ReportConfig = setting(factory=ReportConfig, help="the join and the report")
 
 
-def load_run_config(*, quick: bool = False, out: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+def load_main_job_config(
+    *, quick: bool = False, out: str | None = None, overrides: list[str] | tuple[str, ...] = ()
+) -> MainJobConfig:
     """The embedded default, then ``--quick``, then ``--out``, then ``key=value`` overrides."""
-    data = merge(EMBEDDED_DEFAULT, QUICK) if quick else dict(EMBEDDED_DEFAULT)
+    data: dict[str, Any] = merge({}, QUICK) if quick else {}
+    data.setdefault("out", MainJobConfig.out)
     if out is not None:
         data = merge(data, {"out": out})
     data = merge(data, nest(parse_overrides(list(overrides))))
     # the training run lives inside the run directory (the whole-object run beside it)
     data = merge(data, {"train": {"out": str(Path(data["out"]) / "train"), "resume": True}})
-    return from_dict(RunConfig, data)
+    return from_dict(MainJobConfig, data)
 
 
 @dataclass(frozen=True)
-class PipelineResult:
+class MainJobResult:
     out: Path
     report: Report
     summary: list[dict[str, Any]]
 
 
-def _train_config(config: RunConfig, name: str, extra: dict[str, Any]) -> TrainConfig:
+def _train_config(config: MainJobConfig, name: str, extra: dict[str, Any]) -> TrainConfig:
     base = to_dict(config.train)
     return from_dict(TrainConfig, merge(base, {"out": str(Path(config.out) / name), "resume": True, **extra}))
 
 
-def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.stderr) -> PipelineResult:
+def run_main_job(config: MainJobConfig, *, progress: bool = True, log: TextIO = sys.stderr) -> MainJobResult:
     from .trainer.entry import finished_run, train
 
     def train_once(train_config: TrainConfig) -> None:
@@ -192,10 +163,10 @@ def run_pipeline(config: RunConfig, *, progress: bool = True, log: TextIO = sys.
         workers=max(1, config.report.workers),
         progress=progress,
     )
-    return PipelineResult(out, report, list(report.summary))
+    return MainJobResult(out, report, list(report.summary))
 
 
-def _evaluate_others(config: RunConfig, eval_cases: Path, whole_dir: Path | None, out: Path, progress: bool) -> None:
+def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | None, out: Path, progress: bool) -> None:
     from .rollout.hf_policy import HFPolicy, SamplingConfig
     from .rollout.policies import HeuristicPolicy, Policy
     from .rollout.runner import LocalPool
@@ -268,12 +239,11 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
 
 
 __all__ = [
-    "EMBEDDED_DEFAULT",
     "QUICK",
     "TINY_NOTE",
-    "PipelineResult",
-    "RunConfig",
+    "MainJobConfig",
+    "MainJobResult",
     "format_summary",
-    "load_run_config",
-    "run_pipeline",
+    "load_main_job_config",
+    "run_main_job",
 ]

@@ -15,8 +15,8 @@ import pytest
 
 from contractrl.analysis.join import join_runs, read_episodes
 from contractrl.analysis.plots import PLOTS
-from contractrl.analysis.studies import StudySetup, budget_study, chain_cases, evaluate, horizon_study, rebudget
 from contractrl.analysis.tables import TABLES, build_tables, calibration, p95, summarize, trajectories, with_system
+from contractrl.experiments.studies import StudySetup, budget_study, chain_cases, evaluate, horizon_study, rebudget
 from contractrl.rollout.policies import HeuristicPolicy, ReplayPolicy
 from contractrl.rollout.prompts import FEEDBACK, render_blocks
 from contractrl.rollout.run import write_run
@@ -163,6 +163,40 @@ def test_coverage_and_risk_at_fixed_thresholds() -> None:
     assert table.loc[0.8, "coverage"] == pytest.approx(2 / 5)
     assert table.loc[0.8, "risk"] == pytest.approx(1 / 2)
     assert table.loc[0.8, "fail_closed"] == pytest.approx(1 / 2)  # the 0.55 wrong release is withheld
+
+
+def test_figures_facet_by_system_and_say_what_did_not_run(tmp_path: Path) -> None:
+    """A per-family figure has a panel per system and one legend entry per family, outside the
+    axes; a figure whose study was not given is a "not run: <command>" note, not an empty box."""
+    from contractrl.analysis.plots import _per_system_families, write_plots
+    from contractrl.analysis.tables import Table
+
+    families = ["wrong_type", "nested_field", "enum_x"]
+    frame = _episodes(
+        confidence=[0.9, 0.8, 0.7, 0.6, 0.9, 0.4] * 2,
+        schema_valid=[True] * 12,
+        semantic_success=[True, False] * 6,
+        case_family=[families[i % 3] for i in range(12)],
+        arm=["contractrl"] * 6 + ["full_regen"] * 6,
+    )
+    table = calibration(frame, (0.5, 0.8))
+    figure = _per_system_families("t", table.frame, "threshold", "coverage", "risk", "coverage", "risk")
+    visible = [ax for ax in figure.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == sorted(set(table.frame["system"]))  # a panel per system
+    (legend,) = figure.legends
+    assert sorted(t.get_text() for t in legend.get_texts()) == sorted(families)  # each family once
+    assert all(not ax.get_legend() for ax in visible)  # no legend inside a panel
+    empty = Table("budget", "Table 30", "t", table.frame.iloc[0:0])
+    plots = {
+        p.name: p
+        for p in write_plots(
+            [table, empty, *(Table(n, "t", "", table.frame.iloc[0:0]) for n in ("same_information", "scaling", "horizon"))],
+            tmp_path,
+        )
+    }
+    assert plots["coverage_risk"].not_run is None
+    assert plots["budget_frontier"].not_run == "not run: contractrl study budget --cases DIR --policy POLICY --out STUDY"
+    assert all(p.path.read_bytes()[:4] == b"\x89PNG" for p in plots.values())  # the same files either way
 
 
 def test_horizon_success_needs_every_step() -> None:
@@ -381,11 +415,12 @@ def test_report_cli_errors(tmp_path: Path) -> None:
 
 
 def test_transfer_trains_on_the_other_families_and_evaluates_on_the_held_out_one(tmp_path: Path) -> None:
-    from contractrl.analysis.studies import transfer_study
     from contractrl.configtree import load_config
+    from contractrl.experiments.studies import transfer_study
     from contractrl.trainer.config import TrainConfig
 
     overrides = [
+        "model.name=tiny",
         "data.train_cases=12",
         "data.eval_cases=0",
         "stages=[sft]",

@@ -15,12 +15,66 @@ from contractrl.trainer.config import TrainConfig
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_defaults_are_the_embedded_run() -> None:
+def test_defaults_are_the_main_jobs_training() -> None:
+    """One default: ``contractrl run`` trains TrainConfig's defaults, and tiny.yaml only differs."""
+    from contractrl.pipeline import load_main_job_config
+
     config = load_config(TrainConfig)
-    assert config.model.name == "tiny"
-    assert config.stages == ("sft", "grpo")
-    assert config.wandb.mode == "offline"
-    assert config.sft.arm == config.grpo.arm == "contractrl"
+    assert config.model.name == "smollm2" and config.model.lora.enabled
+    assert config.stages == ("sft", "grpo") and config.wandb.mode == "offline"
+    assert (config.sft.arm, config.grpo.arm) == ("patch_sft", "contractrl")
+    main_job = to_dict(load_main_job_config().train)
+    defaults = to_dict(config)
+    assert main_job.pop("out") == "runs/main/train" and main_job.pop("resume") is True
+    defaults.pop("out"), defaults.pop("resume")
+    assert main_job == defaults
+    tiny = load_config(TrainConfig, ROOT / "tune_configs" / "tiny.yaml")
+    assert tiny.model.name == "tiny" and not tiny.model.lora.enabled
+
+
+def test_a_partial_section_keeps_the_fields_own_defaults(tmp_path: Path) -> None:
+    """``sft.optim.lr=1e-3`` changes the rate and keeps SFT's cosine schedule and warmup (the
+    field's default), where a fresh OptimConfig would be constant with no warmup."""
+    base = load_config(TrainConfig).sft.optim
+    config = load_config(TrainConfig, None, ["sft.optim.lr=1e-3"])
+    assert config.sft.optim == type(base)(lr=1e-3, warmup_steps=base.warmup_steps, schedule=base.schedule)
+    assert base.schedule == "cosine" and base.warmup_steps > 0
+    path = tmp_path / "c.yaml"
+    path.write_text("sft:\n  optim: {weight_decay: 0.1}\n")
+    assert load_config(TrainConfig, path).sft.optim.schedule == "cosine"
+
+
+def _config_classes(cls: type) -> list[type]:
+    import dataclasses
+    import typing
+
+    found = [cls]
+    for name, tp in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(tp) and name in {f.name for f in dataclasses.fields(cls)}:
+            found.extend(_config_classes(tp))  # type: ignore[arg-type]
+    return found
+
+
+def test_every_config_field_has_a_help_text_that_print_config_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    import yaml
+
+    from contractrl.configtree import to_commented_yaml
+    from contractrl.pipeline import MainJobConfig, load_main_job_config
+
+    missing = [
+        f"{cls.__name__}.{f.name}"
+        for cls in _config_classes(MainJobConfig)
+        for f in dataclasses.fields(cls)
+        if not str(f.metadata.get("help", "")).strip()
+    ]
+    assert not missing, f"config fields without help: {missing}"
+    for config in (load_main_job_config(), load_config(TrainConfig, ROOT / "tune_configs" / "tiny.yaml")):
+        assert yaml.safe_load(to_commented_yaml(config)) == to_dict(config)  # the comments lose nothing
+    assert main(["train", "--print-config", "sft.optim.lr=1e-3"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.001  # peak learning rate" in out and "abstain_repeat: 1  # repeat ABSTAIN" in out
 
 
 def test_yaml_then_overrides_win(tmp_path: Path) -> None:
@@ -52,7 +106,7 @@ def test_yaml_then_overrides_win(tmp_path: Path) -> None:
         ("model.name=gpt", "model.name must be tiny"),
         ("deepspeed.zero_stage=3", "deepspeed.zero_stage must be 0, 1 or 2 (ZeRO-3 is not supported)"),
         ("resources.ray=false", "resources.ray=false runs one colocated learner"),
-        ("sft.arm=full_regen", "sft.arm (full_regen) and grpo.arm (contractrl) must both be patch arms"),
+        ("sft.arm=full_regen", "sft.arm (full_regen) must be a patch arm"),
         ("grpo", "is not key=value"),
         ("grpo.steps=[1", "not valid YAML"),
         ("model=3", "model must be a mapping"),
@@ -96,20 +150,21 @@ def test_override_parsing() -> None:
 
 
 def test_shipped_configs_load() -> None:
+    """Every shipped YAML loads as what it is: a sweep (with every corner trial checked against its
+    base) or a training config."""
+    from contractrl.configtree import read_yaml
+    from contractrl.trainer.tune import SweepConfig, load_sweep
+
+    kinds = {}
     for path in sorted((ROOT / "tune_configs").glob("*.yaml")):
-        if path.name == "tiny.yaml":
-            load_config(TrainConfig, path)
-
-
-def test_the_smollm2_config_file_is_the_main_jobs_training() -> None:
-    """tune_configs/smollm2.yaml documents the embedded default's training; they must not drift apart."""
-    from contractrl.pipeline import load_run_config
-
-    shipped = to_dict(load_config(TrainConfig, ROOT / "tune_configs" / "smollm2.yaml"))
-    embedded = to_dict(load_run_config().train)
-    for key in ("out", "resume"):
-        shipped.pop(key), embedded.pop(key)
-    assert shipped == embedded
+        if "search" in read_yaml(path):
+            sweep, base = load_sweep(path)
+            assert isinstance(sweep, SweepConfig) and base
+            kinds[path.name] = "sweep"
+        else:
+            assert isinstance(load_config(TrainConfig, path), TrainConfig)
+            kinds[path.name] = "train"
+    assert kinds["tiny.yaml"] == "train" and list(kinds.values()).count("sweep") >= 4
 
 
 def test_cli_print_config_and_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from contractrl.errors import SchemaCompileError
 from contractrl.validators import SchemaLimits, Verifier, compile_schema, detect_dialect, normalize_schema
 from contractrl.validators.dialects import DRAFT_2020_12
+from contractrl.validators.report import VerifierError
 
 BFCL = {
     "type": "dict",
@@ -192,7 +193,10 @@ def test_arbitrary_schemas_compile_or_fail_with_a_typed_error(schema: object, le
             compiled = compile_schema(schema, backend, lenient=lenient)
         except SchemaCompileError:
             continue
-        compiled.errors({"a": [1, "x", None]})
+        errors = compiled.errors({"a": [1, "x", None]})
+        assert all(isinstance(e, VerifierError) and (e.pointer == "" or e.pointer.startswith("/")) for e in errors)
+        # a validator built from the same schema gives the same verdict (compilation is deterministic)
+        assert bool(errors) == bool(compile_schema(schema, backend, lenient=lenient).errors({"a": [1, "x", None]}))
 
 
 def test_refs_are_found_by_keyword_position_not_by_name() -> None:

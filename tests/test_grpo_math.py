@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from contractrl.rollout.ledger import decode_row  # noqa: E402
 from contractrl.trainer.config import RewardConfig  # noqa: E402
 from contractrl.trainer.grpo import clipped_policy_loss, group_advantages  # noqa: E402
 from contractrl.trainer.loop import batch_indices, derived_seed  # noqa: E402
@@ -102,8 +103,9 @@ def test_reward_terms() -> None:
     assert (rb.collateral, rb.retries, rb.masked, rb.tokens) == (2, 1, 2, 40)
     assert rb.reward == pytest.approx(1.0 - 0.2 - 0.2 - 0.6 - 0.4)
     assert episode_reward(_row(), False, weights).reward == pytest.approx(-1.4)
-    # ledger rows store attempts as JSON text; both forms count the same
-    assert masked_actions(_row(attempts='[{"outcome": "malformed_json"}, {"outcome": "path_unavailable"}]')) == 1
+    # a shard stores attempts as JSON text; the reader decodes them before anything counts them
+    stored = {"attempts": '[{"outcome": "malformed_json"}, {"outcome": "path_unavailable"}]', "dispatched": None}
+    assert masked_actions(decode_row(stored)) == 1
 
 
 def test_batches_are_pure_functions_of_seed_and_step() -> None:

@@ -138,4 +138,4 @@ def test_rollout_cli_with_an_hf_model(tiny: tuple, tmp_path: Path, capsys: pytes
     schemas = {c.case_id: c.schema for c in read_public(cases)}
     for row in rows:  # fail closed: whatever an untrained model wrote, only valid objects were dispatched
         if row["accepted"]:
-            assert Verifier.build(schemas[row["case_id"]]).verify(json.loads(row["dispatched"])).accepted
+            assert Verifier.build(schemas[row["case_id"]]).verify(row["dispatched"]).accepted

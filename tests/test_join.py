@@ -12,7 +12,7 @@ import pytest
 
 from contractrl.analysis.join import join_runs, read_episodes
 from contractrl.analysis.metrics import episode_metrics
-from contractrl.rollout.ledger import LedgerError, LedgerIntegrityError
+from contractrl.rollout.ledger import LedgerError, LedgerIntegrityError, decode_row
 from contractrl.rollout.policies import HeuristicPolicy
 from contractrl.rollout.run import write_run
 from contractrl.rollout.runner import EpisodeRunner, LocalPool
@@ -128,7 +128,7 @@ def _row(**extra: object) -> dict:
         "wall_s": 0.25,
     }
     row.update(extra)
-    return row
+    return decode_row(row)  # written as a shard stores it, read as every reader gets it
 
 
 def test_episode_metrics_by_hand() -> None:

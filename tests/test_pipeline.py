@@ -16,9 +16,9 @@ from contractrl.analysis.report import discover
 from contractrl.analysis.tables import TABLES
 from contractrl.configtree import to_dict
 from contractrl.errors import ConfigError
-from contractrl.pipeline import TINY_NOTE, load_run_config
+from contractrl.pipeline import TINY_NOTE, load_main_job_config
 from contractrl.rollout.ledger import read_ledger
-from contractrl.rollout.prompts import ARMS
+from contractrl.tasks.arms import ARMS
 
 from .conftest import REPO_ROOT
 
@@ -72,14 +72,15 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
 
 
 def test_run_config_overrides_and_errors(tmp_path: Path) -> None:
-    config = load_run_config(quick=True, out=str(tmp_path / "x"), overrides=["train.sft.steps=5", "whole_object.enabled=false"])
+    overrides = ["train.sft.steps=5", "whole_object.enabled=false"]
+    config = load_main_job_config(quick=True, out=str(tmp_path / "x"), overrides=overrides)
     assert (config.train.sft.steps, config.whole_object.enabled) == (5, False)
     assert config.train.out == str(tmp_path / "x" / "train") and config.train.resume
-    assert to_dict(load_run_config())["train"]["sft"]["arm"] == "patch_sft"
+    assert to_dict(load_main_job_config())["train"]["sft"]["arm"] == "patch_sft"
     # the embedded default trains the model that learns; --quick trades it for tiny's speed
-    assert load_run_config().train.model.name == "smollm2" and load_run_config().train.model.lora.enabled
+    assert load_main_job_config().train.model.name == "smollm2" and load_main_job_config().train.model.lora.enabled
     assert config.train.model.name == "tiny"
     with pytest.raises(ConfigError, match="whole_objct"):
-        load_run_config(overrides=["whole_objct.enabled=false"])
+        load_main_job_config(overrides=["whole_objct.enabled=false"])
     with pytest.raises(ConfigError, match="sft_steps"):
-        load_run_config(overrides=["whole_object.sft_steps=0"])
+        load_main_job_config(overrides=["whole_object.sft_steps=0"])

@@ -1,4 +1,4 @@
-"""Every `contractrl ...` command shown in README.md runs and behaves as the README says."""
+"""Every `contractrl ...` command shown in README.md and docs/*.md runs and behaves as the page says."""
 
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ EXPECTED_EXIT = {"check": 1}
 
 
 def _readme_commands() -> list[list[str]]:
-    text = (REPO_ROOT / "README.md").read_text()
+    # in reading order: later pages use what earlier ones made (cases before rollouts before reports)
+    order = ("contract", "cases", "rollouts", "training", "analysis", "cluster")
+    docs = sorted(
+        (REPO_ROOT / "docs").glob("*.md"), key=lambda p: (order.index(p.stem) if p.stem in order else len(order), p.stem)
+    )
+    pages = [REPO_ROOT / "README.md", *docs]
+    text = "\n".join(page.read_text() for page in pages)
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
     return [shlex.split(line) for block in blocks for line in block.splitlines() if line.startswith("contractrl ")]
 

@@ -207,6 +207,45 @@ def test_local_runner_digest_does_not_depend_on_worker_count(tmp_path: Path) -> 
     assert len(rows) == 78 and len({r["episode_id"] for r in rows}) == 78
 
 
+# The heuristic's ledgers over 39 cases (seed 3, two samples each), patch and whole-object arms.
+# A change here changes what every ledger records: bump it only with a change that means to.
+GOLDEN_DIGESTS = {
+    "contractrl": "797932061c069fbad08ae4f72650355acdab91cecdc70bda1e33620f4c4949a0",
+    "full_regen": "fe2c6e018ce071ade0ef715a820579b76271e8b2d98861f5664a43a84f3a50aa",
+}
+
+
+def test_ledger_digests_are_those_of_earlier_versions(tmp_path: Path) -> None:
+    cases = [c.public for c in generate_cases(GenerateConfig(seed=3, n=39))]
+    for arm, golden in GOLDEN_DIGESTS.items():
+        runner = EpisodeRunner(HeuristicPolicy(), LocalPool(1), arm=arm)
+        assert write_run(tmp_path / arm, {"policy": "h"}, runner, cases, group=2, seed=3) == golden, arm
+
+
+def test_ledger_rows_read_back_decoded_with_their_identity_columns(tmp_path: Path) -> None:
+    """read_ledger and decode_row give the JSON columns back as values; the identity columns (the
+    start of the scored-episode schema) are in every row with their arrow types."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from contractrl.analysis.metrics import SCORED_SCHEMA
+    from contractrl.rollout.ledger import IDENTITY_COLUMNS, JSON_COLUMNS, decode_row
+
+    _digest(tmp_path, "run", EpisodeRunner(HeuristicPolicy(), LocalPool(1)), group=1)
+    rows = read_ledger(tmp_path / "run")
+    stored = pq.read_table(tmp_path / "run" / "ledger").to_pylist()
+    assert any(r["accepted"] for r in rows) and any(not r["accepted"] for r in rows)
+    for row, raw in zip(rows, stored, strict=True):
+        assert isinstance(row["attempts"], list) and isinstance(raw["attempts"], str)
+        assert row["dispatched"] is None or isinstance(row["dispatched"], dict)
+        decoded = decode_row(raw)
+        assert all(row[k] == value for k, value in decoded.items())  # read_ledger adds the timing fields
+        assert all(raw[name] is None or isinstance(raw[name], str) for name in JSON_COLUMNS)
+    identity = pa.schema(list(IDENTITY_COLUMNS))
+    assert SCORED_SCHEMA.names[: len(identity)] == identity.names
+    pa.Table.from_pylist([{k: r[k] for k in identity.names} for r in rows], schema=identity)  # types hold
+
+
 class _FlakyPool(LocalPool):
     """A local pool whose worker 0 dies once, on the given round."""
 
@@ -290,7 +329,8 @@ def test_rollout_cli_writes_a_verifiable_run(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_prompts_of_every_arm_and_mode_hold_no_offline_only_value() -> None:
-    from contractrl.rollout.prompts import ARMS, MODES, render_messages, render_prompt
+    from contractrl.rollout.prompts import MODES, render_messages, render_prompt
+    from contractrl.tasks.arms import ARMS
 
     for case in generate_cases(GenerateConfig(seed=31, n=2600)):
         state = RepairEnv(case.public).reset()

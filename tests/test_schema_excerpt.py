@@ -9,8 +9,9 @@ import jsonschema
 import pytest
 
 from contractrl.rollout.env import RepairEnv
-from contractrl.rollout.prompts import ARMS, FEEDBACK, render_blocks
+from contractrl.rollout.prompts import FEEDBACK, render_blocks
 from contractrl.rollout.schema_excerpt import ELIDED, closest_branches, compact_subschema, schema_excerpt, subschemas_at
+from contractrl.tasks.arms import ARMS
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.validators import Code, Verifier
 from contractrl.validators.jsonvalue import canonical_json

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("deepspeed")
 
-from contractrl.analysis.judge import Judge, UnsafeDispatchError  # noqa: E402
 from contractrl.configtree import load_config  # noqa: E402
 from contractrl.errors import ConfigError  # noqa: E402
+from contractrl.evidence.judge import Judge, UnsafeDispatchError  # noqa: E402
 from contractrl.rollout.ledger import read_ledger  # noqa: E402
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.trainer.config import TrainConfig  # noqa: E402
 from contractrl.trainer.entry import train  # noqa: E402
+from contractrl.validators.jsonvalue import canonical_json  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "contractrl"
+TINY_YAML = PACKAGE.parent / "tune_configs" / "tiny.yaml"
 # one small run: 3 SFT steps, 3 GRPO steps of 2 cases x 2 samples, 4 held-out cases
 SMALL = [
     "data.train_cases=12",
@@ -38,6 +41,7 @@ SMALL = [
     "eval.max_new_tokens=20",
     "checkpoint.every=1",
     "checkpoint.keep=10",
+    "model.lora.enabled=true",
 ]
 IN_PROCESS = ["resources.ray=false", "resources.num_workers=0"]
 
@@ -54,14 +58,14 @@ def warm_model(tmp_path_factory: pytest.TempPathFactory, model_cache: str) -> st
     from; this one ends its answers at different lengths, so groups have reward variance."""
     out = tmp_path_factory.mktemp("warm")
     extra = ["stages=[sft]", "sft.steps=40", "model.lora.enabled=false", "eval.enabled=false", "wandb.mode=disabled"]
-    result = train(load_config(TrainConfig, None, [*SMALL, *IN_PROCESS, f"out={out}", f"model.cache_dir={model_cache}", *extra]))
+    result = train(_config(Path(out), model_cache, *IN_PROCESS, *extra))
     losses = [r["loss"] for r in _metrics(out)]
     assert losses[-1] < losses[0] / 2, "SFT did not lower the loss"
     return result.model_dir
 
 
 def _config(out: Path, model_cache: str, *extra: str) -> TrainConfig:
-    return load_config(TrainConfig, None, [*SMALL, f"out={out}", f"model.cache_dir={model_cache}", *extra])
+    return load_config(TrainConfig, TINY_YAML, [*SMALL, f"out={out}", f"model.cache_dir={model_cache}", *extra])
 
 
 def _metrics(out: Path) -> list[dict[str, Any]]:
@@ -89,6 +93,12 @@ def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_c
     # one frozen, verifiable ledger per GRPO step, and the held-out ledgers after each stage
     assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["step-000004", "step-000005", "step-000006"]
     assert len(read_ledger(out / "rollouts" / "step-000004")) == 4
+    # a GRPO batch's manifest holds what every rollout run's does (one writer: RolloutRun)
+    batch = json.loads((out / "rollouts" / "step-000004" / "manifest.json").read_text())
+    assert {"kind", "contractrl_version", "config", "config_sha256", "seed", "source_revision", "packages", "labels"} <= set(
+        batch
+    )
+    assert batch["stage"] == "grpo" and batch["config"]["seed"] == batch["seed"]
     assert set(result.evals) == {"sft", "grpo"} and result.evals["grpo"]["episodes"] == 4
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["rollout_digest"] == result.rollout_digest
@@ -182,6 +192,45 @@ def test_demonstrations_per_arm() -> None:
         demonstrations(cases, "oracle")
 
 
+def test_later_decision_demonstrations_replay_a_rejected_attempt() -> None:
+    """``retries``: each case may add a demonstration whose earlier attempt the real validator
+    rejects; the answer stays the gold one, the budgets still fit it, and a withheld value never
+    shows up in the attempt of a case whose answer is ABSTAIN. ABSTAIN is repeated on request."""
+    from contractrl.tasks.demonstrations import demonstrations
+    from contractrl.trainer.loop import replay_state
+
+    cases = generate_cases(GenerateConfig(seed=9, n=39))
+    by_id = {c.public.case_id: c for c in cases}
+    for arm in ("patch_sft", "full_regen"):
+        demos = demonstrations(cases, arm, retries=True, abstain_repeat=3)
+        first = [d for d in demos if not d.earlier]
+        abstains = sum(c.offline.should_abstain for c in cases)
+        assert abstains and len(first) == len(cases) + 2 * abstains
+        later = [d for d in demos if d.earlier]
+        reached = 0
+        for demo in later:
+            case = by_id[demo.case.case_id]
+            assert demo.answer == next(d.answer for d in first if d.case is demo.case)
+            if case.offline.should_abstain and case.public.family == "unrepairable":
+                withheld = canonical_json(case.offline.corruption["withheld_value"])
+                assert withheld not in demo.earlier[0]
+            state = replay_state(demo, arm)
+            if state is None:
+                continue
+            reached += 1
+            (record,) = state.history
+            assert record.outcome.value != "accepted" and not state.done
+            assert state.attempts_left == case.public.max_attempts - 1
+            if arm == "patch_sft" and demo.answer != "ABSTAIN":
+                assert len(json.loads(demo.answer)) <= state.ops_left
+        assert reached >= len(cases) * 2 // 3, (arm, reached)
+    # with one attempt, the earlier attempt ends the episode: no later decision to demonstrate
+    one = [replace(c, public=replace(c.public, max_attempts=1)) for c in cases[:5]]
+    assert all(replay_state(d, "patch_sft") is None for d in demonstrations(one, "patch_sft", retries=True) if d.earlier)
+    with pytest.raises(ConfigError, match="abstain_repeat must be >= 1"):
+        demonstrations(cases, "patch_sft", abstain_repeat=0)
+
+
 def test_unsafe_dispatch_stops_the_run() -> None:
     case = generate_cases(GenerateConfig(seed=5, n=1))[0]
     judge = Judge([case])
@@ -196,7 +245,7 @@ def test_unsafe_dispatch_stops_the_run() -> None:
         judge.verdict(row)
 
 
-_FORBIDDEN_MODULES = ("contractrl.tasks.offline", "contractrl.analysis")
+_FORBIDDEN_MODULES = ("contractrl.tasks.offline", "contractrl.evidence", "contractrl.analysis", "contractrl.experiments")
 _FORBIDDEN_NAMES = {"OfflineCase", "Case", "read_offline", "read_cases", "semantic_outcome", "Judge", "demonstrations"}
 
 

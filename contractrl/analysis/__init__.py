@@ -1,1 +1,5 @@
-"""Offline analysis: the only code that joins frozen ledgers to the offline half of cases."""
+"""Offline analysis: frozen ledgers in; parquet tables, plots and an HTML report out.
+
+It scores episodes through the evidence layer's judge and never trains or rolls out (that is
+``contractrl.experiments``).
+"""

@@ -14,7 +14,6 @@ ids of a long-horizon run). Both are public: they become columns of every scored
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,9 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ContractRLError
-from ..rollout.ledger import LEDGER_DIR, MANIFEST, TIMING_FIELDS, read_ledger
+from ..evidence.judge import Judge
+from ..rollout.ledger import LEDGER_DIR, TIMING_FIELDS, decode_row, read_ledger, read_manifest
 from ..tasks.offline import read_cases
-from .judge import Judge
 from .metrics import SCORED_SCHEMA, episode_metrics
 
 EPISODES = "episodes"
@@ -89,7 +88,7 @@ def verify_runs(run_dirs: Sequence[str | Path], progress: bool = False) -> list[
     out = []
     for run in tqdm(list(run_dirs), desc="verify ledgers", unit="run", disable=not progress):
         rows = read_ledger(run, require_frozen=True)
-        manifest = json.loads((Path(run) / MANIFEST).read_text())
+        manifest = read_manifest(run)
         steps = {case: (t, s) for t, chain in enumerate(manifest.get("trajectories") or []) for s, case in enumerate(chain)}
         shards = tuple(str(p.resolve()) for p in sorted((Path(run) / LEDGER_DIR).glob("shard-*.parquet")))
         timing = {row["row_hash"]: {k: row[k] for k in TIMING_FIELDS if k in row} for row in rows}
@@ -115,7 +114,8 @@ class EpisodeScorer:
 
     def __call__(self, batch: pd.DataFrame) -> pa.Table:
         scored = []
-        for row in batch.to_dict("records"):
+        for stored in batch.to_dict("records"):
+            row = decode_row(stored)  # Ray Data reads the shards raw
             group, run = self.runs[str(row["path"])]
             row.update(run.timing.get(row["row_hash"], {}))  # the shards hold no timings: the verified read did
             judge = self._judge(group)

@@ -1,4 +1,4 @@
-"""Per-episode metrics of DESIGN.md, from a frozen ledger row, its case's two halves and the
+"""Per-episode metrics (docs/analysis.md), from a frozen ledger row, its case's two halves and the
 judge's verdict. Pure functions: every table is an aggregation of these rows.
 
 Definitions (one row per episode):
@@ -33,35 +33,26 @@ Definitions (one row per episode):
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pyarrow as pa
 
 from ..rollout.env import masked_actions
+from ..rollout.ledger import IDENTITY_COLUMNS
+from ..tasks.arms import WHOLE_OBJECT_ARMS
 from ..tasks.cases import OfflineCase, PublicCase
 from ..validators.attempts import AttemptClass
 from ..validators.jsonvalue import canonical_json, json_equal
 from ..validators.pointer import parse_pointer
 
-WHOLE_OBJECT_ARMS = frozenset({"full_regen", "constrained"})
-LABELS = ("episode_id", "case_id", "case_family", "tool", "tool_family", "arm", "policy", "seed", "sample", "outcome")
+LABELS = tuple(name for name, _ in IDENTITY_COLUMNS)
 LONG_POINTER = 4  # pointer depth from which a repair counts as a long-pointer repair (Table 31)
 
 # The scored row's columns and types: one fixed schema, so every block and shard agrees.
 SCORED_SCHEMA = pa.schema(
     [
-        ("episode_id", pa.string()),
-        ("case_id", pa.string()),
-        ("case_family", pa.string()),
-        ("tool", pa.string()),
-        ("tool_family", pa.string()),
-        ("arm", pa.string()),
-        ("policy", pa.string()),
-        ("seed", pa.int64()),
-        ("sample", pa.int64()),
-        ("outcome", pa.string()),
+        *IDENTITY_COLUMNS,
         ("semantic_success", pa.bool_()),
         ("schema_valid", pa.bool_()),
         ("final_object_match", pa.bool_()),
@@ -91,13 +82,9 @@ SCORED_SCHEMA = pa.schema(
 )
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def accepted_ops(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The operations of the attempt the contract accepted, or None if none was accepted."""
-    for attempt in _json(row["attempts"]):
+    for attempt in row["attempts"]:
         if attempt["outcome"] == "accepted":
             return list(attempt["ops"])
     return None
@@ -167,10 +154,10 @@ def leakage(public: PublicCase, offline: OfflineCase) -> int:
 
 def episode_metrics(row: dict[str, Any], public: PublicCase, offline: OfflineCase, success: bool, unsafe: bool) -> dict[str, Any]:
     """One scored row: the ledger row's labels and every per-episode metric."""
-    attempts = _json(row["attempts"])
+    attempts = row["attempts"]
     accepted = bool(row["accepted"])
     abstained = bool(row["abstained"])
-    dispatched = _json(row.get("dispatched")) if accepted else None
+    dispatched = row.get("dispatched") if accepted else None
     whole_object = row["arm"] in WHOLE_OBJECT_ARMS
     ops = accepted_ops(row)
     pointer_fix: bool | None

@@ -1,10 +1,18 @@
 """The report's figures (matplotlib, PNG), each drawn from one table so a figure never shows a
-number the tables do not hold. A figure whose study was not run says so instead of being left out,
-so a report always has the same files."""
+number the tables do not hold.
+
+Figures whose curves are per case family (families are never averaged into one curve) get one
+panel per system, so a legend names each family once; every legend sits outside the axes. A
+figure whose study was not given to the report is not an empty box: it is a one-line note,
+"not run: <the command that makes it>", both in the PNG (so a report always has the same files)
+and in the HTML page.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,126 +24,199 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 PLOTS = ("success_vs_tokens", "budget_frontier", "coverage_risk", "scaling", "horizon_decay")
+_PANEL = (4.2, 3.2)  # inches per panel
+_SINGLE = (6.5, 4.2)  # inches of a one-panel figure
+_MAX_COLUMNS = 3
 
 
-def _figure(title: str) -> tuple[Figure, Axes]:
+@dataclass(frozen=True)
+class Plot:
+    """One figure of the report: its PNG, and the note shown instead when its study did not run."""
+
+    name: str
+    title: str
+    path: Path
+    not_run: str | None = None
+
+
+def _pyplot():  # type: ignore[no-untyped-def]
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
-    ax.set_title(title, fontsize=11)
-    ax.grid(alpha=0.3)
-    return fig, ax
+    return plt
 
 
-def _empty(ax: Axes, why: str) -> None:
-    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
+def _panels(title: str, names: list[str]) -> tuple[Figure, list[Axes]]:
+    """One panel per name (at most three to a row), sharing both axes; ``[""]`` is one untitled panel."""
+    plt = _pyplot()
+    columns = min(_MAX_COLUMNS, max(1, len(names)))
+    rows = math.ceil(max(1, len(names)) / columns)
+    size = _SINGLE if names == [""] else (_PANEL[0] * columns, _PANEL[1] * rows)
+    fig, grid = plt.subplots(rows, columns, figsize=size, dpi=110, sharex=True, sharey=True, squeeze=False)
+    axes = list(grid.flat)
+    for ax, name in zip(axes, names, strict=False):
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(names) :]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=11)
+    return fig, axes[: len(names)]
 
 
-def _legend(ax: Axes) -> None:
-    handles, _ = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(fontsize=7, loc="best", ncol=1 if len(handles) < 8 else 2)
+def _legend_outside(fig: Figure, axes: list[Axes]) -> None:
+    """One legend for the figure, right of the panels, each label once."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
 
 
-def _family_lines(ax: Axes, frame: pd.DataFrame, order: str, x: str, y: str) -> None:
-    """One line per (system, case family): families are never averaged into one curve."""
-    for (system, family), rows in frame.groupby(["system", "case_family"]):
-        rows = rows.sort_values(order)
-        ax.plot(rows[x], rows[y], marker=".", linewidth=0.8, alpha=0.8, label=f"{system} / {family}")
+def _per_system_families(title: str, frame: pd.DataFrame, order: str, x: str, y: str, xlabel: str, ylabel: str) -> Figure:
+    """A panel per system, a line per case family inside it."""
+    systems = sorted(str(s) for s in frame["system"].unique())
+    families = sorted(str(f) for f in frame["case_family"].unique())
+    colours = _pyplot().get_cmap("tab20")  # 13 families: one colour each, the same in every panel
+    fig, axes = _panels(title, systems)
+    for ax, system in zip(axes, systems, strict=True):
+        for family, rows in frame[frame["system"] == system].groupby("case_family"):
+            rows = rows.sort_values(order)
+            colour = colours(families.index(str(family)) % colours.N)
+            ax.plot(rows[x], rows[y], marker=".", linewidth=0.9, alpha=0.85, color=colour, label=str(family))
+    for ax in axes:
+        ax.set_xlabel(xlabel, fontsize=8)
+    axes[0].set_ylabel(ylabel, fontsize=8)
+    _legend_outside(fig, axes)
+    return fig
 
 
-def success_vs_tokens(tables: dict[str, Table], ax: Axes) -> None:
+def success_vs_tokens(tables: dict[str, Table]) -> Figure | None:
     frame = tables["same_information"].frame
     if frame.empty:
-        return _empty(ax, "no same-information runs")
+        return None
+    fig, (ax,) = _panels("Semantic success against generated tokens, per arm (one point per case family)", [""])
     for system, rows in frame.groupby("system"):
         ax.scatter(rows["generated_tokens"], rows["semantic_success"], label=str(system), s=18, alpha=0.8)
-    ax.set_xlabel("generated tokens per episode (one point per case family)")
-    ax.set_ylabel("semantic success")
+    ax.set_xlabel("generated tokens per episode", fontsize=8)
+    ax.set_ylabel("semantic success", fontsize=8)
+    ax.set_ylim(-0.03, 1.03)
     ax.set_xlim(left=0)
-    _legend(ax)
+    _legend_outside(fig, [ax])
+    return fig
 
 
-def budget_frontier(tables: dict[str, Table], ax: Axes) -> None:
+def budget_frontier(tables: dict[str, Table]) -> Figure | None:
     frame = tables["budget"].frame
     if frame.empty:
-        return _empty(ax, "no budget study runs")
+        return None
+    fig, (ax,) = _panels("Budget frontier: success against collateral edits (mean of families)", [""])
     per_budget = frame.groupby(["system", "max_attempts", "max_ops"], as_index=False)[["semantic_success", "collateral"]].mean()
     for system, rows in per_budget.groupby("system"):
-        ax.plot(rows["collateral"], rows["semantic_success"], marker="o", label=f"{system} (mean of families)")
+        ax.plot(rows["collateral"], rows["semantic_success"], marker="o", label=str(system))
         for row in rows.itertuples():
             ax.annotate(f"B{row.max_attempts}K{row.max_ops}", (row.collateral, row.semantic_success), fontsize=7)
-    ax.set_xlabel("collateral edits per episode")
-    ax.set_ylabel("semantic success")
-    _legend(ax)
+    ax.set_xlabel("collateral edits per episode", fontsize=8)
+    ax.set_ylabel("semantic success", fontsize=8)
+    ax.set_ylim(-0.03, 1.03)
+    _legend_outside(fig, [ax])
+    return fig
 
 
-def coverage_risk(tables: dict[str, Table], ax: Axes) -> None:
+def coverage_risk(tables: dict[str, Table]) -> Figure | None:
     frame = tables["calibration"].frame
     if frame.empty:
-        return _empty(ax, "no episodes with log-probabilities")
-    _family_lines(ax, frame, "threshold", "coverage", "risk")
-    ax.set_xlabel("coverage")
-    ax.set_ylabel("semantic risk on the covered subset")
-    _legend(ax)
+        return None
+    return _per_system_families(
+        "Coverage against semantic risk at fixed thresholds", frame, "threshold", "coverage", "risk", "coverage", "risk (covered)"
+    )
 
 
-def scaling(tables: dict[str, Table], ax: Axes) -> None:
+def scaling(tables: dict[str, Table]) -> Figure | None:
     frame = tables["scaling"].frame
     if frame.empty:
-        return _empty(ax, "no runs with a model label")
+        return None
+    fig, (ax,) = _panels("Semantic success by model (mean of families)", [""])
     per_model = frame.groupby(["model", "stage"], as_index=False)["semantic_success"].mean()
     models = sorted(set(per_model["model"]))
     for stage, rows in per_model.groupby("stage"):
         xs = [models.index(m) for m in rows["model"]]
-        ax.plot(xs, rows["semantic_success"], marker="o", label=f"after {stage or '?'} (mean of families)")
+        ax.plot(xs, rows["semantic_success"], marker="o", label=f"after {stage or '?'}")
     ax.set_xticks(range(len(models)), models, rotation=20, fontsize=7)
-    ax.set_ylabel("semantic success")
-    _legend(ax)
+    ax.set_ylabel("semantic success", fontsize=8)
+    ax.set_ylim(-0.03, 1.03)
+    _legend_outside(fig, [ax])
+    return fig
 
 
-def horizon_decay(tables: dict[str, Table], ax: Axes) -> None:
+def horizon_decay(tables: dict[str, Table]) -> Figure | None:
     frame = tables["horizon"].frame
     if frame.empty:
-        return _empty(ax, "no long-horizon runs")
-    _family_lines(ax, frame, "horizon", "horizon", "semantic_success")
-    ax.set_xlabel("trajectory length (steps)")
-    ax.set_ylabel("trajectory semantic success")
-    _legend(ax)
+        return None
+    return _per_system_families(
+        "Trajectory success against horizon",
+        frame,
+        "horizon",
+        "horizon",
+        "semantic_success",
+        "trajectory length (steps)",
+        "trajectory semantic success",
+    )
 
 
-_DRAW: dict[str, tuple[str, Callable[[dict[str, Table], Axes], None]]] = {
-    "success_vs_tokens": ("Semantic success against generated tokens, per arm", success_vs_tokens),
-    "budget_frontier": ("Budget frontier: success against collateral edits", budget_frontier),
-    "coverage_risk": ("Coverage against semantic risk at fixed thresholds", coverage_risk),
-    "scaling": ("Semantic success by model", scaling),
-    "horizon_decay": ("Trajectory success against horizon", horizon_decay),
+# name -> (title, the command whose runs the figure needs, draw)
+_DRAW: dict[str, tuple[str, str, Callable[[dict[str, Table]], Figure | None]]] = {
+    "success_vs_tokens": (
+        "Semantic success against generated tokens",
+        "contractrl rollout --cases DIR --policy POLICY --out RUN",
+        success_vs_tokens,
+    ),
+    "budget_frontier": (
+        "Budget frontier",
+        "contractrl study budget --cases DIR --policy POLICY --out STUDY",
+        budget_frontier,
+    ),
+    "coverage_risk": (
+        "Coverage against semantic risk",
+        "contractrl rollout --cases DIR --policy hf:MODEL --out RUN (a model policy records log-probabilities)",
+        coverage_risk,
+    ),
+    "scaling": ("Semantic success by model", "contractrl tune --config tune_configs/scaling.yaml", scaling),
+    "horizon_decay": (
+        "Trajectory success against horizon",
+        "contractrl study horizon --cases DIR --policy POLICY --out STUDY",
+        horizon_decay,
+    ),
 }
 
 
-def write_plots(tables: list[Table], out_dir: str | Path) -> list[Path]:
-    """Every figure of :data:`PLOTS` as ``out_dir/<name>.png``."""
-    import matplotlib.pyplot as plt
+def _note(title: str, note: str) -> Figure:
+    plt = _pyplot()
+    fig = plt.figure(figsize=(8.0, 0.7), dpi=110)
+    fig.text(0.01, 0.5, f"{title}: {note}", fontsize=9, color="0.35", va="center")
+    return fig
 
+
+def write_plots(tables: list[Table], out_dir: str | Path) -> list[Plot]:
+    """Every figure of :data:`PLOTS` as ``out_dir/<name>.png``."""
+    plt = _pyplot()
     by_name = {t.name: t for t in tables}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    plots = []
     for name in PLOTS:
-        title, draw = _DRAW[name]
-        fig, ax = _figure(title)
-        draw(by_name, ax)
-        fig.tight_layout()
+        title, command, draw = _DRAW[name]
+        fig = draw(by_name)
+        not_run = None if fig is not None else f"not run: {command}"
+        if fig is None:
+            fig = _note(title, not_run)  # type: ignore[arg-type]
         path = out / f"{name}.png"
-        fig.savefig(path)
+        fig.savefig(path, bbox_inches="tight")  # keeps the outside legend in the image
         plt.close(fig)
-        paths.append(path)
-    return paths
+        plots.append(Plot(name, title, path, not_run))
+    return plots
 
 
-__all__ = ["PLOTS", "write_plots"]
+__all__ = ["PLOTS", "Plot", "write_plots"]

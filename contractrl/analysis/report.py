@@ -23,13 +23,13 @@ from typing import Any
 import pandas as pd
 
 from ..errors import ContractRLError
-from ..rollout.ledger import LEDGER_DIR, MANIFEST
+from ..rollout.ledger import LEDGER_DIR, MANIFEST, read_manifest
+from ..trainer.checkpoint import GRPO_BATCHES
 from .join import join_groups, read_episodes
-from .plots import write_plots
+from .plots import Plot, write_plots
 from .tables import DEFAULT_THRESHOLDS, Table, build_tables, p95, with_system
 
 EPISODES_FILE = "episodes.parquet"
-TRAINING_BATCHES = "rollouts"
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,7 @@ class Report:
 
 
 def _kind(directory: Path) -> str | None:
-    path = directory / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ContractRLError(f"{path} is not a readable manifest: {exc}") from exc
-    return manifest.get("kind") if isinstance(manifest, dict) else None
+    return read_manifest(directory).get("kind")
 
 
 def discover(root: str | Path) -> tuple[list[Path], list[Path]]:
@@ -62,7 +55,7 @@ def discover(root: str | Path) -> tuple[list[Path], list[Path]]:
     runs, case_sets = [], []
     for manifest in sorted(base.rglob(MANIFEST)):
         directory = manifest.parent
-        if TRAINING_BATCHES in directory.relative_to(base).parts:
+        if GRPO_BATCHES in directory.relative_to(base).parts:
             continue
         kind = _kind(directory)
         if kind == "contractrl.rollout" and (directory / LEDGER_DIR).is_dir():
@@ -124,7 +117,7 @@ def build_report(
     index = _write_index(out_dir, episodes, overview, tables, plots, settings)
     run_names = tuple(str(r) for _, runs, _ in found for r in runs)
     rows = tuple(overview.to_dict("records"))
-    return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(plots), index, rows)
+    return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(p.path for p in plots), index, rows)
 
 
 def summary(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -150,14 +143,14 @@ def summary(episodes: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_index(
-    out_dir: Path, episodes: pd.DataFrame, overview: pd.DataFrame, tables: list[Table], plots: list[Path], settings: dict
+    out_dir: Path, episodes: pd.DataFrame, overview: pd.DataFrame, tables: list[Table], plots: list[Plot], settings: dict
 ) -> Path:
     esc = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>ContractRL report</title>",
         "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 2em}td,th{border:1px solid #ccc;padding:2px 6px}"
-        "th{background:#f3f3f3}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}</style></head><body>",
+        "th{background:#f3f3f3}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}.not-run{color:#666}</style></head><body>",
         "<h1>ContractRL report</h1>",
         f"<p>{len(episodes)} episodes from {sum(len(r['runs']) for r in settings['roots'])} frozen runs; "
         f"created {esc(settings['created'])}. Calibration thresholds, fixed before scoring: "
@@ -167,10 +160,14 @@ def _write_index(
         overview.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0) if len(episodes) else "<p>No episodes.</p>",
         "<h2>Figures</h2>",
     ]
-    parts += [
-        f"<figure><img src='plots/{esc(p.name)}' alt='{esc(p.stem)}'><figcaption>{esc(p.stem)}</figcaption></figure>"
-        for p in plots
-    ]
+    for plot in plots:
+        if plot.not_run:  # a note instead of an empty figure
+            parts.append(f"<p class='not-run'><strong>{esc(plot.title)}</strong>: <code>{esc(plot.not_run)}</code></p>")
+        else:
+            parts.append(
+                f"<figure><img src='plots/{esc(plot.path.name)}' alt='{esc(plot.title)}'>"
+                f"<figcaption>{esc(plot.title)}</figcaption></figure>"
+            )
     parts.append("<h2>Tables</h2>")
     for table in tables:
         parts.append(f"<h3 id='{esc(table.name)}'>{esc(table.title)} <small>({esc(table.paper)})</small></h3>")

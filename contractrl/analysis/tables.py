@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..tasks.corruptions import CLEAN_FAMILIES, NOISE_FAMILIES
 from .stats import effect_size, mcnemar_exact, paired_bootstrap, seed_spread
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
-NOISE_FAMILIES = ("stale_schema", "wrong_pointer", "ambiguous_pointer", "malformed_feedback", "injected_text")
-CLEAN_FAMILIES = ("missing_required", "wrong_type", "constraint_violation")
 REFERENCE_POLICIES = frozenset({"heuristic", "replay"})
 BINARY = ("schema_valid", "semantic_success")
 CONTINUOUS = ("retries", "generated_tokens", "collateral", "latency_s")

@@ -8,18 +8,17 @@ no offline field can reach a policy through it.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..tasks.arms import ARMS, WHOLE_OBJECT_ARMS
 from ..tasks.cases import PublicCase
 from ..tasks.catalog import make_sandbox
 from ..validators import Budgets, Code, PublicState, RepairContract, Verifier, VerifierReport, load_contract
 from ..validators.attempts import consumes_attempt
 from ..validators.codes import PATCH_CODES
-from .prompts import ARMS, WHOLE_OBJECT_ARMS
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,9 @@ class StepRecord:
     logprob: float | None = None  # the generator's log-probability of the answer (calibration), if it has one
     gen_s: float = 0.0  # wall seconds the policy spent generating this answer (its share of a batch)
 
-    def to_dict(self, *, with_time: bool = False) -> dict[str, Any]:
-        out = {
+    def to_dict(self) -> dict[str, Any]:
+        """The attempt as the ledger row holds it (wall time goes to the timing file, not the chain)."""
+        return {
             "attempt": self.attempt,
             "raw": self.raw,
             "outcome": self.outcome,
@@ -62,9 +62,6 @@ class StepRecord:
             "finish_reason": self.finish_reason,
             "logprob": self.logprob,
         }
-        if with_time:
-            out["wall_s"] = self.wall_s
-        return out
 
 
 @dataclass
@@ -161,10 +158,7 @@ _MASKED = frozenset(code.value for code in PATCH_CODES)
 
 def masked_actions(row: dict[str, Any]) -> int:
     """Attempts the action mask refused (non-applicable or prohibited patch operations) in a ledger row."""
-    attempts = row["attempts"]
-    if isinstance(attempts, str):
-        attempts = json.loads(attempts)
-    return sum(1 for step in attempts if step["outcome"] in _MASKED)
+    return sum(1 for step in row["attempts"] if step["outcome"] in _MASKED)
 
 
 def episode_row(case: PublicCase, log: EpisodeLog, *, arm: str, policy: str, seed: int, sample: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from ..validators.jsonvalue import canonical_json
 from .cpu import compute_context, release_memory
 from .policies import ABSTAIN, Generation, Observation
-from .prompts import WHOLE_OBJECT_ARMS, render_messages, render_prompt
+from .prompts import render_messages, render_prompt
 
 
 @dataclass(frozen=True)
@@ -204,4 +204,4 @@ def _answer_length(ids: list[int], tok: Any) -> int:
     return len(ids)
 
 
-__all__ = ["WHOLE_OBJECT_ARMS", "HFPolicy", "SamplingConfig", "answer_complete"]
+__all__ = ["HFPolicy", "SamplingConfig", "answer_complete"]

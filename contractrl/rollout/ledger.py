@@ -59,6 +59,24 @@ KEY_ENV = "CONTRACTRL_LEDGER_KEY"
 # Wall-clock timings: recorded per row, never chained, stored and hashed in the timing files.
 TIMING_FIELDS = frozenset({"wall_s", "gen_s"})
 UNHASHED_FIELDS = TIMING_FIELDS | {"row_hash", "prev_hash"}
+# The row's columns that hold JSON documents. A shard stores them as canonical JSON text (one arrow
+# type whatever the document); read_ledger and decode_row give them back as values, so code above
+# the ledger only ever sees decoded rows.
+JSON_COLUMNS = ("attempts", "dispatched", "tool_result")
+# The columns that name an episode, with their arrow types: the scored-episode schema of the
+# analysis starts with them (contractrl/analysis/metrics.py).
+IDENTITY_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("episode_id", pa.string()),
+    ("case_id", pa.string()),
+    ("case_family", pa.string()),
+    ("tool", pa.string()),
+    ("tool_family", pa.string()),
+    ("arm", pa.string()),
+    ("policy", pa.string()),
+    ("seed", pa.int64()),
+    ("sample", pa.int64()),
+    ("outcome", pa.string()),
+)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SHARD = re.compile(r"shard-[0-9]{5}\.parquet")
 _MANIFEST_LIMITS = ParseLimits(max_bytes=64 * 1024 * 1024, max_depth=256)
@@ -140,7 +158,7 @@ class LedgerWriter:
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / LEDGER_DIR
         self.timing_dir = self.run_dir / TIMING_DIR
-        if _read_manifest(self.run_dir).get("ledger_sha256"):
+        if read_manifest(self.run_dir).get("ledger_sha256"):
             raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.timing_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +182,7 @@ class LedgerWriter:
         if "row_hash" in row or "prev_hash" in row:
             raise LedgerError("rows must not carry their own chain fields")
         # hash exactly what is stored, so a reader recomputes the same chain from the file
-        chained = {**{k: _cell(v) for k, v in row.items() if k not in TIMING_FIELDS}, "prev_hash": self.head}
+        chained = {**{k: _cell(k, v) for k, v in row.items() if k not in TIMING_FIELDS}, "prev_hash": self.head}
         chained["row_hash"] = row_hash(self.head, chained)
         self.head = chained["row_hash"]
         self.count += 1
@@ -199,7 +217,7 @@ class LedgerWriter:
                     raise LedgerError(f"{name}: not a ledger file; the ledger folders hold only shard-NNNNN.parquet")
                 sha, size = _file_digest(path, name)
                 files[name] = {"sha256": sha, "bytes": size, "rows": len(_read_rows(path, self.run_dir))}
-        manifest = _read_manifest(self.run_dir)
+        manifest = read_manifest(self.run_dir)
         manifest.pop("ledger_hmac", None)
         manifest.pop("manifest_sha256", None)
         manifest.update(
@@ -227,11 +245,21 @@ class LedgerWriter:
         self.flush()
 
 
-def _cell(value: Any) -> Any:
-    """Scalars stay typed columns; lists and objects become canonical JSON text."""
-    if isinstance(value, (dict, list, tuple)):
+def _cell(name: str, value: Any) -> Any:
+    """Scalars stay typed columns; JSON documents (and any list or object) become canonical JSON text."""
+    if isinstance(value, (dict, list, tuple)) or (name in JSON_COLUMNS and value is not None):
         return canonical_json(list(value) if isinstance(value, tuple) else value)
     return value
+
+
+def decode_row(stored: dict[str, Any]) -> dict[str, Any]:
+    """A row as a shard stores it (Ray Data reads shards raw) with its JSON columns decoded."""
+    row = dict(stored)
+    for name in JSON_COLUMNS:
+        value = row.get(name)
+        # pandas reads a column that is null in every row of a shard as float NaN
+        row[name] = json.loads(value) if isinstance(value, str) else None
+    return row
 
 
 def _regular_file(path: Path, name: str) -> os.stat_result:
@@ -258,8 +286,10 @@ def _file_digest(path: Path, name: str) -> tuple[str, int]:
     return sha.hexdigest(), info.st_size
 
 
-def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / MANIFEST
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """A run directory's manifest, parsed strictly ({} when there is none yet): the one reader of
+    every kind of manifest (rollout runs, training runs)."""
+    path = Path(run_dir) / MANIFEST
     if not path.exists():
         return {}
     _regular_file(path, MANIFEST)
@@ -446,7 +476,8 @@ def _merge_timing(run: Path, rows: list[dict[str, Any]], where: list[str], shard
 
 
 def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes | str | None = None) -> list[dict[str, Any]]:
-    """Every row, with its timing fields merged back, after verifying the ledger.
+    """Every row, decoded (:func:`decode_row`) and with its timing fields merged back, after
+    verifying the ledger.
 
     A frozen ledger is verified in this order, each step before the next reads anything: the
     manifest's own fields (and its HMAC when a key is set), the list of files (nothing missing,
@@ -457,7 +488,7 @@ def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes 
     run = Path(run_dir)
     if not run.is_dir():
         raise InputFileError(f"run directory not found: {run}")
-    manifest = _read_manifest(run)
+    manifest = read_manifest(run)
     frozen = bool(manifest.get("ledger_sha256"))
     if require_frozen and not frozen:
         raise LedgerError(f"the ledger of {run} is not frozen; freeze it before joining targets")
@@ -487,13 +518,13 @@ def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes 
                 reason="head",
             )
     _merge_timing(run, rows, where, shards)
-    return rows
+    return [decode_row(row) for row in rows]
 
 
 def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None) -> dict[str, Any]:
     """What ``contractrl ledger verify`` prints for a ledger that holds (raises otherwise)."""
     rows = read_ledger(run_dir, require_frozen=True, key=key)
-    manifest = _read_manifest(Path(run_dir))
+    manifest = read_manifest(Path(run_dir))
     secret = ledger_key(key)
     return {
         "ok": True,

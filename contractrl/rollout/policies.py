@@ -15,6 +15,7 @@ from difflib import get_close_matches
 from typing import Any, Protocol
 
 from ..errors import ConfigError
+from ..tasks.arms import WHOLE_OBJECT_ARMS
 from ..tasks.cases import PublicCase
 from ..tasks.catalog import all_tools
 from ..validators import PublicState
@@ -22,7 +23,6 @@ from ..validators.apply import apply_patch
 from ..validators.jsonvalue import canonical_json, json_equal
 from ..validators.patch import PatchAction, parse_action
 from ..validators.pointer import format_pointer, parse_pointer, resolve
-from .prompts import WHOLE_OBJECT_ARMS
 
 ABSTAIN = "ABSTAIN"
 

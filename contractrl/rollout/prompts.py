@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..errors import ConfigError
+from ..tasks.arms import ARMS
 from ..tasks.cases import PublicCase
 from ..validators import PublicState
 from ..validators.codes import Code
@@ -30,13 +31,11 @@ from ..validators.jsonvalue import canonical_json
 from ..validators.report import VerifierError
 from .schema_excerpt import schema_excerpt
 
-ARMS: tuple[str, ...] = ("full_regen", "constrained", "patch_sft", "contractrl")
 MODES: tuple[str, ...] = ("same_information", "case_matched")
 # how much of the typed verifier report the errors block shows (the feedback ablation, Table 27):
 # the full typed block, the pointer alone, the code alone, the free-text message alone, or nothing
 # but the context (request, schema, candidate, history)
 FEEDBACK: tuple[str, ...] = ("full", "pointer_only", "code_only", "text", "context_only")
-WHOLE_OBJECT_ARMS = frozenset({"full_regen", "constrained"})
 # feedback variants whose errors block shows the pointers (the schema excerpt may follow them)
 _POINTER_FEEDBACK = frozenset({"full", "pointer_only"})
 

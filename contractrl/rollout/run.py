@@ -1,10 +1,19 @@
-"""One rollout run: a run directory with its manifest, a frozen ledger and its digest."""
+"""A rollout run: a directory with its manifest, a frozen ledger and its digest.
+
+Every rollout run (``contractrl rollout``, a study's run, a held-out evaluation, one GRPO step's
+batch) is created and frozen through :class:`RolloutRun`, so all of their manifests carry the same
+fields: the kind, the version, the config and its hash, the seed, the source revision and the
+package versions, then the labels the analysis join reads.
+"""
 
 from __future__ import annotations
 
 import json
 import platform
+import shutil
 import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -12,10 +21,11 @@ from typing import Any
 from .. import __version__
 from ..errors import InputFileError
 from ..validators.jsonvalue import sha256_json
-from .ledger import MANIFEST, LedgerWriter
+from .ledger import MANIFEST, LedgerWriter, read_manifest
 from .runner import EpisodeRunner
 
 _PACKAGES = ("contractrl", "jsonschema-rs", "jsonschema", "pyarrow", "ray")
+ROLLOUT_KIND = "contractrl.rollout"
 
 
 def source_revision() -> str | None:
@@ -40,6 +50,74 @@ def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     return versions
 
 
+def new_manifest(kind: str, config: dict[str, Any], seed: int, packages: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields every run's manifest starts with, whatever its kind."""
+    return {
+        "kind": kind,
+        "contractrl_version": __version__,
+        "config": config,
+        "config_sha256": sha256_json(config),
+        "seed": seed,
+        "source_revision": source_revision(),
+        "packages": package_versions(packages),
+    }
+
+
+def write_manifest(run_dir: str | Path, manifest: dict[str, Any]) -> None:
+    (Path(run_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+@dataclass(frozen=True)
+class RolloutRun:
+    """One rollout run's directory."""
+
+    path: Path
+
+    @classmethod
+    def create(
+        cls,
+        run_dir: str | Path,
+        config: dict[str, Any],
+        *,
+        seed: int,
+        labels: dict[str, Any] | None = None,
+        trajectories: list[list[str]] | None = None,
+        extra: dict[str, Any] | None = None,
+        replace: bool = False,
+    ) -> RolloutRun:
+        """A new run directory with its manifest. ``replace`` clears a half-written run first (an
+        interrupted step); otherwise an existing run is an error, never overwritten.
+
+        ``labels`` name the study and condition the run belongs to and ``trajectories`` chain case
+        ids into long-horizon trajectories; both are public and become columns of the analysis join.
+        ``extra`` adds top-level fields (a training run's ``stage``)."""
+        out = Path(run_dir)
+        if replace:
+            shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True, exist_ok=True)
+        if (out / MANIFEST).exists():
+            raise InputFileError(f"{out} already holds a run; choose a new --out directory")
+        manifest = {**new_manifest(ROLLOUT_KIND, config, seed), "labels": labels or {}, **(extra or {})}
+        if trajectories is not None:
+            manifest["trajectories"] = trajectories
+        write_manifest(out, manifest)
+        return cls(out)
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> str:
+        """Append the rows in order and freeze; returns ``ledger_sha256``."""
+        writer = LedgerWriter(self.path)
+        for row in rows:
+            writer.append(row)
+        return writer.freeze()
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return read_manifest(self.path)
+
+    def is_frozen(self) -> bool:
+        return bool(self.manifest.get("ledger_sha256"))
+
+
 def write_run(
     run_dir: str | Path,
     config: dict[str, Any],
@@ -52,29 +130,18 @@ def write_run(
     labels: dict[str, Any] | None = None,
     trajectories: list[list[str]] | None = None,
 ) -> str:
-    """Run every episode, append the rows in order, freeze; returns ``ledger_sha256``.
+    """Run every episode of ``cases`` into a new rollout run and freeze it; returns ``ledger_sha256``."""
+    run = RolloutRun.create(run_dir, config, seed=seed, labels=labels, trajectories=trajectories)
+    return run.write(runner.run(cases, group=group, seed=seed, progress=progress))
 
-    ``labels`` name the study and condition the run belongs to and ``trajectories`` chain case ids
-    into long-horizon trajectories; both are public and become columns of the analysis join."""
-    out = Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / MANIFEST).exists():
-        raise InputFileError(f"{out} already holds a run; choose a new --out directory")
-    manifest = {
-        "kind": "contractrl.rollout",
-        "contractrl_version": __version__,
-        "config": config,
-        "config_sha256": sha256_json(config),
-        "seed": seed,
-        "source_revision": source_revision(),
-        "packages": package_versions(),
-        "labels": labels or {},
-    }
-    if trajectories is not None:
-        manifest["trajectories"] = trajectories
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    rows = runner.run(cases, group=group, seed=seed, progress=progress)
-    writer = LedgerWriter(out)
-    for row in rows:
-        writer.append(row)
-    return writer.freeze()
+
+__all__ = [
+    "ROLLOUT_KIND",
+    "RolloutRun",
+    "new_manifest",
+    "package_versions",
+    "read_manifest",
+    "source_revision",
+    "write_manifest",
+    "write_run",
+]

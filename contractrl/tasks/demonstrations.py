@@ -1,9 +1,17 @@
-"""Supervised demonstrations: the gold answer of each case's first decision, per arm.
+"""Supervised demonstrations: the gold answer of a case's decisions, per arm.
 
-This is the one place the SFT data meets the offline half, and what leaves it is a public case and
-an answer text: the trainer learns *from* gold patches but never imports the targets. Patch arms
-learn the gold patch (compact canonical JSON) or ABSTAIN; the full-regeneration arm learns the
-whole target object.
+This is the one place the SFT data meets the offline half, and what leaves it is a public case,
+the attempts replayed before the decision, and an answer text: the trainer learns *from* gold
+patches but never imports the targets. Patch arms learn the gold patch (compact canonical JSON) or
+ABSTAIN; the full-regeneration arm learns the whole target object.
+
+First-decision demonstrations alone teach a policy nothing about its second attempt: measured with
+SmolLM2, a rejected first patch was repeated verbatim in 5 of 6 failed single-field episodes, and
+a refused edit of an immutable field was never followed by ABSTAIN. ``retries=True`` adds, for
+each case, a later-decision demonstration: one typical rejected attempt (the reported value
+resubmitted unchanged, or the edit the report points at) is replayed first, and the answer is still
+the gold one. The trainer replays it through the real validator and keeps the demonstration only
+when the attempt was in fact rejected and the budgets leave room for the answer.
 """
 
 from __future__ import annotations
@@ -13,18 +21,20 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..validators.jsonvalue import canonical_json
+from ..validators.pointer import parse_pointer, resolve
+from .arms import ARMS, PATCH_ARMS, WHOLE_OBJECT_ARMS
 from .cases import ABSTAIN, Case, PublicCase
 
-PATCH_ARMS = frozenset({"contractrl", "patch_sft"})
-OBJECT_ARMS = frozenset({"full_regen", "constrained"})
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
 class Demonstration:
-    """A public case and the text a perfect policy answers at its first decision."""
+    """A public case, the attempts replayed before the decision, and what a perfect policy answers."""
 
     case: PublicCase
     answer: str
+    earlier: tuple[str, ...] = ()
 
 
 def gold_answer(case: Case, arm: str) -> str:
@@ -32,13 +42,50 @@ def gold_answer(case: Case, arm: str) -> str:
         return ABSTAIN
     if arm in PATCH_ARMS:
         return canonical_json(case.offline.target_patch)
-    if arm in OBJECT_ARMS:
+    if arm in WHOLE_OBJECT_ARMS:
         return canonical_json(case.offline.target)
-    raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(sorted(PATCH_ARMS | OBJECT_ARMS))}")
+    raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(ARMS)}")
 
 
-def demonstrations(cases: Sequence[Case], arm: str) -> list[Demonstration]:
-    return [Demonstration(case.public, gold_answer(case, arm)) for case in cases]
+def rejected_attempt(case: Case, arm: str) -> str | None:
+    """A first attempt a weak policy typically makes and the validator rejects, or None.
+
+    Whole-object arms resubmit the failed call. Patch arms edit the first reported pointer: they
+    put back the value already there (still invalid), or, where nothing is there, ``replace`` the
+    target's value (inadmissible: RFC 6902 replaces only existing members). On an immutable field
+    either edit is refused by the mask, which is the case the abstention must follow. Where the
+    answer is ABSTAIN the attempt never carries the target's value: a withheld value must not
+    appear in the prompt of a demonstration that teaches it cannot be known.
+    """
+    if arm in WHOLE_OBJECT_ARMS:
+        return canonical_json(case.public.candidate)
+    errors = case.public.report.get("errors") or []
+    if not errors:
+        return None
+    pointer = str(errors[0].get("pointer", ""))
+    if not pointer:  # a root edit rewrites the whole call: not a patch a repair policy makes
+        return None
+    tokens = parse_pointer(pointer)
+    value = resolve(case.public.candidate, tokens, _ABSENT)
+    if value is _ABSENT:
+        value = None if case.offline.should_abstain else resolve(case.offline.target, tokens, None)
+    return canonical_json([{"op": "replace", "path": pointer, "value": value}])
 
 
-__all__ = ["Demonstration", "demonstrations", "gold_answer"]
+def demonstrations(cases: Sequence[Case], arm: str, *, retries: bool = False, abstain_repeat: int = 1) -> list[Demonstration]:
+    """Each case's first decision, repeated ``abstain_repeat`` times where the answer is ABSTAIN
+    (the rare answer of a first-token choice), then its later decision when ``retries``."""
+    if abstain_repeat < 1:
+        raise ConfigError(f"abstain_repeat must be >= 1, got {abstain_repeat}")
+    out: list[Demonstration] = []
+    for case in cases:
+        answer = gold_answer(case, arm)
+        out.extend([Demonstration(case.public, answer)] * (abstain_repeat if answer == ABSTAIN else 1))
+        if retries:
+            earlier = rejected_attempt(case, arm)
+            if earlier is not None and earlier != answer:
+                out.append(Demonstration(case.public, answer, (earlier,)))
+    return out
+
+
+__all__ = ["Demonstration", "demonstrations", "gold_answer", "rejected_attempt"]

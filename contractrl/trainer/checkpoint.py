@@ -21,7 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# a training run's directory: checkpoints, the frozen ledger of every GRPO step's rollout batch
+# (scored during training, left out of the report's runs), held-out evaluations, stage weights
 CHECKPOINTS = "checkpoints"
+GRPO_BATCHES = "rollouts"
+EVALS = "eval"
+STAGE_MODELS = "stages"
 STATE_FILE = "trainer_state.json"
 WEIGHTS_FILE = "trainable.pt"
 

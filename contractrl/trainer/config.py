@@ -1,16 +1,20 @@
 """The training config tree: every knob of ``contractrl train`` and of a Tune trial, typed.
 
-Defaults are the embedded default run (``tiny`` model, built-in catalog, local Ray, W&B offline).
-``tune_configs/*.yaml`` override parts of it; on the command line ``key=value`` overrides win.
-Range checks live next to the fields, so a bad value fails at load time with the key's name.
+The defaults *are* the main job's training (``contractrl run``): SmolLM2-135M-Instruct with LoRA,
+the built-in catalog, local Ray, W&B offline, sized for a 2-core CPU. There is no other copy:
+``contractrl run`` takes them as they are, and ``tune_configs/tiny.yaml`` states only how the fast
+tiny-model configuration differs. On the command line ``key=value`` overrides win. Every field
+carries a one-line help text (``--print-config`` shows it), and range checks live next to the
+fields, so a bad value fails at load time with the key's name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from ..configtree import check
+from ..configtree import check, setting
+from ..tasks.arms import PATCH_ARMS
 from ..tasks.audit import UNITS
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CORRUPTION_FAMILIES
@@ -24,14 +28,19 @@ Stage = Literal["sft", "grpo"]
 class LoraConfig:
     """peft LoRA on the attention and MLP projections; ``enabled: false`` trains every weight."""
 
-    enabled: bool = True
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    # adapt only the top N transformer layers (0: every layer). Backpropagation stops at the lowest
-    # adapted layer, so adapting the top third costs about half a full-LoRA step.
-    top_layers: int = 0
+    enabled: bool = setting(True, help="train LoRA adapters; false trains every weight (full fine-tuning)")
+    r: int = setting(16, help="adapter rank")
+    alpha: int = setting(32, help="LoRA scaling numerator (the update is scaled by alpha / r)")
+    dropout: float = setting(0.0, help="dropout on the adapter input, in [0, 1)")
+    target_modules: tuple[str, ...] = setting(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        help="module names that get adapters (attention and MLP projections)",
+    )
+    top_layers: int = setting(
+        0,
+        help="adapt only the top N transformer layers (0: all); backprop stops at the lowest adapted layer, "
+        "so the top third costs about half a full-LoRA step",
+    )
 
     def __post_init__(self) -> None:
         check(self.top_layers >= 0, f"model.lora.top_layers must be >= 0 (0 adapts every layer), got {self.top_layers}")
@@ -51,16 +60,18 @@ class ModelConfig:
     are ignored for real models.
     """
 
-    name: str = "tiny"
-    hidden_size: int = 64
-    layers: int = 2
-    cache_dir: str = "runs/models"
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    gradient_checkpointing: bool = False
-    # on a CPU with native bf16 (AMX, AVX512-BF16), run matrix products in bf16 under autocast;
-    # weights and optimizer state stay fp32 (rollout/cpu.py). About 1.4x faster there.
-    cpu_bf16: bool = True
-    lora: LoraConfig = field(default_factory=LoraConfig)
+    name: str = setting("smollm2", help="tiny, smollm2, hf:<hub name or path>, or a model directory")
+    hidden_size: int = setting(64, help="tiny preset only: hidden width (the scaling sweep varies it)")
+    layers: int = setting(2, help="tiny preset only: transformer layers")
+    cache_dir: str = setting("runs/models", help="where presets are built once and cached")
+    dtype: Literal["auto", "float32", "bfloat16"] = setting("auto", help="weight dtype; auto: bf16 on a GPU, fp32 on a CPU")
+    gradient_checkpointing: bool = setting(False, help="recompute activations in the backward pass (less memory)")
+    cpu_bf16: bool = setting(
+        True,
+        help="on a CPU with native bf16 (AMX, AVX512-BF16), matrix products under bf16 autocast; weights and "
+        "optimizer state stay fp32 (about 1.4x)",
+    )
+    lora: LoraConfig = setting(factory=LoraConfig, help="peft LoRA adapters")
 
     @property
     def label(self) -> str:
@@ -84,17 +95,18 @@ class ModelConfig:
 class DataConfig:
     """Training and held-out cases, generated from the built-in catalog (disjoint by the split audit)."""
 
-    seed: int = 0
-    train_cases: int = 512
-    eval_cases: int = 64
-    families: tuple[str, ...] = CORRUPTION_FAMILIES
-    tool_families: tuple[str, ...] = TOOL_FAMILIES
-    max_attempts: int = 2
-    max_ops: int = 2
-    # audit units on which held-out cases must not overlap the training cases. The audit's default
-    # also pins operation sequences, which a catalog of 30 tools exhausts for small op spaces
-    # (every stale-schema rename, every ABSTAIN) once the training set has a few hundred cases.
-    disjoint: tuple[str, ...] = ("case_id", "candidate_fingerprint", "target_fingerprint", "semantic_cluster")
+    seed: int = setting(0, help="case generation seed (held-out cases use a seed derived from it)")
+    train_cases: int = setting(256, help="training cases (SFT demonstrations and GRPO prompts)")
+    eval_cases: int = setting(52, help="held-out cases, disjoint from training by the split audit (4 per family)")
+    families: tuple[str, ...] = setting(CORRUPTION_FAMILIES, help="corruption families to draw cases from")
+    tool_families: tuple[str, ...] = setting(TOOL_FAMILIES, help="tool families of the built-in catalog to draw from")
+    max_attempts: int = setting(2, help="attempt budget B of every episode")
+    max_ops: int = setting(2, help="operation budget K of every episode")
+    disjoint: tuple[str, ...] = setting(
+        ("case_id", "candidate_fingerprint", "target_fingerprint", "semantic_cluster"),
+        help="audit units on which held-out cases must not overlap training (the audit's default also pins op "
+        "sequences, which 30 tools exhaust for small op spaces)",
+    )
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.disjoint) - set(UNITS))
@@ -111,11 +123,11 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
-    grad_clip: float = 1.0
+    lr: float = setting(1e-3, help="peak learning rate")
+    weight_decay: float = setting(0.0, help="AdamW weight decay")
+    warmup_steps: int = setting(0, help="linear warmup steps")
+    schedule: Literal["constant", "linear", "cosine"] = setting("constant", help="decay after warmup")
+    grad_clip: float = setting(1.0, help="gradient norm clip (0 disables it)")
 
     def __post_init__(self) -> None:
         check(self.lr > 0, f"lr must be > 0, got {self.lr}")
@@ -128,16 +140,25 @@ class OptimConfig:
 class SFTConfig:
     """Supervised steps on gold answers: patches for the patch arms, whole objects for full_regen."""
 
-    steps: int = 300
-    batch_size: int = 16
-    micro_batch_size: int = 4
-    arm: TrainArm = "contractrl"
-    # demonstrations longer than this (prompt + answer tokens) are left out, with a warning: one
-    # outlier in a micro-batch sets the memory of the whole step
-    max_tokens: int = 2048
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3, warmup_steps=10, schedule="cosine"))
+    steps: int = setting(60, help="optimizer steps")
+    batch_size: int = setting(4, help="demonstrations per step")
+    micro_batch_size: int = setting(4, help="demonstrations per forward/backward (gradient accumulation above it)")
+    arm: TrainArm = setting("patch_sft", help="whose prompt and gold answer to learn: a patch arm, or full_regen")
+    max_tokens: int = setting(
+        2048, help="leave out (with a warning) demonstrations longer than this: one outlier sets a step's memory"
+    )
+    retry_demos: bool = setting(
+        False,
+        help="also demonstrate the decision after a typical rejected attempt (tasks/demonstrations.py); "
+        "off: with SmolLM2 it diluted first decisions and did not stop repeated attempts (RESULTS.md)",
+    )
+    abstain_repeat: int = setting(1, help="repeat ABSTAIN demonstrations this many times (a rare first-token choice)")
+    optim: OptimConfig = setting(
+        factory=lambda: OptimConfig(lr=2e-3, warmup_steps=3, schedule="cosine"), help="optimizer and schedule"
+    )
 
     def __post_init__(self) -> None:
+        check(self.abstain_repeat >= 1, f"sft.abstain_repeat must be >= 1, got {self.abstain_repeat}")
         check(self.max_tokens >= 16, f"sft.max_tokens must be >= 16, got {self.max_tokens}")
         check(self.steps >= 0, f"sft.steps must be >= 0, got {self.steps}")
         check(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
@@ -148,22 +169,24 @@ class SFTConfig:
 class GRPOConfig:
     """Group-relative policy optimisation over whole repair episodes."""
 
-    steps: int = 20
-    cases_per_step: int = 8
-    group_size: int = 4
-    epochs: int = 1
-    micro_batch_size: int = 8
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    kl_coef: float = 0.0
-    scale_std: bool = True
-    baseline: Literal["mean", "leave_one_out"] = "mean"
-    eps: float = 1e-4
-    temperature: float = 1.0
-    max_new_tokens: int = 96
-    generation_batch_size: int = 16
-    arm: Literal["contractrl", "patch_sft"] = "contractrl"
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=5e-4))
+    steps: int = setting(4, help="policy updates (the main job's 30-minute CPU budget; bench_learning runs 16)")
+    cases_per_step: int = setting(4, help="training cases per update")
+    group_size: int = setting(4, help="episodes per case; advantages are relative to the case's group")
+    epochs: int = setting(1, help="passes over each rollout batch")
+    micro_batch_size: int = setting(4, help="generations per forward/backward")
+    clip_low: float = setting(0.2, help="PPO ratio clip below 1")
+    clip_high: float = setting(0.28, help="PPO ratio clip above 1 (asymmetric, as in DAPO)")
+    kl_coef: float = setting(0.0, help="KL penalty to the adapter-off reference (0: none)")
+    scale_std: bool = setting(True, help="divide advantages by the group's standard deviation")
+    baseline: Literal["mean", "leave_one_out"] = setting("mean", help="the group baseline subtracted from rewards")
+    eps: float = setting(1e-4, help="added to the group's standard deviation")
+    temperature: float = setting(1.0, help="sampling temperature of rollouts")
+    max_new_tokens: int = setting(64, help="generation limit per answer")
+    generation_batch_size: int = setting(16, help="prompts per generation call")
+    arm: Literal["contractrl", "patch_sft"] = setting("contractrl", help="the prompt GRPO trains (a patch arm)")
+    optim: OptimConfig = setting(
+        factory=lambda: OptimConfig(lr=3e-5), help="optimizer; 2e-4 collapsed SmolLM2 to ABSTAIN in 6 steps"
+    )
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, f"grpo.steps must be >= 0, got {self.steps}")
@@ -183,12 +206,12 @@ class GRPOConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """R = 1[semantic success] - collateral*C - retry*r - unsafe*U - tokens*T (DESIGN.md)."""
+    """R = 1[semantic success] - collateral*C - retry*r - unsafe*U - tokens*T (docs/training.md)."""
 
-    collateral: float = 0.1
-    retry: float = 0.1
-    unsafe: float = 0.2
-    tokens: float = 0.001
+    collateral: float = setting(0.1, help="charge per collateral edit (C)")
+    retry: float = setting(0.1, help="charge per retry (r)")
+    unsafe: float = setting(0.2, help="charge per unsafe action (U)")
+    tokens: float = setting(0.001, help="charge per generated token (T)")
 
     def __post_init__(self) -> None:
         for name in ("collateral", "retry", "unsafe", "tokens"):
@@ -199,9 +222,9 @@ class RewardConfig:
 class DeepSpeedConfig:
     """The DeepSpeed engine of each learner rank (CPU or GPU); ``enabled: false`` uses plain torch AdamW."""
 
-    enabled: bool = True
-    zero_stage: int = 0
-    offload_optimizer: bool = False
+    enabled: bool = setting(True, help="a DeepSpeed engine per learner rank; false: plain torch AdamW")
+    zero_stage: int = setting(0, help="ZeRO stage 0, 1 or 2 (ZeRO-3 would shard the weights rollouts need whole)")
+    offload_optimizer: bool = setting(False, help="ZeRO optimizer state on the CPU")
 
     def __post_init__(self) -> None:
         # ZeRO-3 partitions the weights themselves; the learner generates rollouts and fingerprints
@@ -222,18 +245,20 @@ class ResourcesConfig:
     this process (one colocated learner), which is what unit tests and debugging want.
     """
 
-    ray: bool = True
-    num_learners: int = 1
-    learner_cpus: float = 1.0
-    learner_gpus: float = 0.0
-    # torch threads per learner rank; 0 keeps Ray's default (one per reserved CPU). Raising it lets a
-    # rank use cores that mostly idle workers have reserved, as on a 2-core laptop.
-    learner_threads: int = 0
-    num_workers: int = 1
-    worker_cpus: float = 1.0
-    placement: Literal["colocated", "separate"] = "colocated"
-    generator_cpus: float = 1.0
-    generator_gpus: float = 0.0
+    ray: bool = setting(True, help="Ray actors; false runs one colocated learner in this process (tests, debugging)")
+    num_learners: int = setting(1, help="data-parallel learner ranks")
+    learner_cpus: float = setting(1.0, help="CPUs reserved per learner rank")
+    learner_gpus: float = setting(0.0, help="GPUs per learner rank")
+    learner_threads: int = setting(
+        2, help="torch threads per learner rank (0: one per reserved CPU); lets a rank use cores idle workers hold"
+    )
+    num_workers: int = setting(1, help="validator/sandbox worker actors (0: transitions in the driver)")
+    worker_cpus: float = setting(1.0, help="CPUs per worker actor")
+    placement: Literal["colocated", "separate"] = setting(
+        "colocated", help="generate with the learner's model, or on a generator actor that receives the weights"
+    )
+    generator_cpus: float = setting(1.0, help="CPUs of the separate generator actor")
+    generator_gpus: float = setting(0.0, help="GPUs of the separate generator actor")
 
     def __post_init__(self) -> None:
         check(self.num_learners >= 1, f"resources.num_learners must be >= 1, got {self.num_learners}")
@@ -251,18 +276,18 @@ class ResourcesConfig:
 class WandbConfig:
     """W&B tracking; ``offline`` (default) writes run files under the run directory, no network."""
 
-    mode: Literal["offline", "online", "disabled"] = "offline"
-    project: str = "contractrl"
-    entity: str | None = None
-    group: str | None = None
-    tags: tuple[str, ...] = ()
-    sample_episodes: int = 8
+    mode: Literal["offline", "online", "disabled"] = setting("offline", help="offline writes run files, no network")
+    project: str = setting("contractrl", help="W&B project")
+    entity: str | None = setting(None, help="W&B entity (team); none: the default")
+    group: str | None = setting(None, help="W&B run group")
+    tags: tuple[str, ...] = setting((), help="W&B run tags")
+    sample_episodes: int = setting(8, help="episodes logged as a table per GRPO step")
 
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    every: int = 25
-    keep: int = 2
+    every: int = setting(20, help="checkpoint every N optimizer steps (and at each stage's end)")
+    keep: int = setting(2, help="checkpoints kept")
 
     def __post_init__(self) -> None:
         check(self.every >= 1, f"checkpoint.every must be >= 1, got {self.every}")
@@ -273,40 +298,37 @@ class CheckpointConfig:
 class EvalConfig:
     """Held-out evaluation after each stage: greedy decoding, one episode per case."""
 
-    enabled: bool = True
-    max_new_tokens: int = 96
-    batch_size: int = 16
-
-
-_WHOLE_OBJECT = frozenset({"full_regen", "constrained"})
+    enabled: bool = setting(True, help="evaluate the held-out cases after each stage")
+    max_new_tokens: int = setting(96, help="generation limit per answer")
+    batch_size: int = setting(16, help="prompts per generation call")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    out: str = "runs/train"
-    resume: bool = False
-    seed: int = 0
-    stages: tuple[Stage, ...] = ("sft", "grpo")
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    deepspeed: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    wandb: WandbConfig = field(default_factory=WandbConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    out: str = setting("runs/train", help="the training run's directory")
+    resume: bool = setting(False, help="continue the run in out from its last checkpoint")
+    seed: int = setting(0, help="seed of batches, sampling and weights")
+    stages: tuple[Stage, ...] = setting(("sft", "grpo"), help="stages to run, in order")
+    model: ModelConfig = setting(factory=ModelConfig, help="the policy model")
+    data: DataConfig = setting(factory=DataConfig, help="training and held-out cases")
+    sft: SFTConfig = setting(factory=SFTConfig, help="supervised steps on gold answers")
+    grpo: GRPOConfig = setting(factory=GRPOConfig, help="group-relative policy optimisation over episodes")
+    reward: RewardConfig = setting(factory=RewardConfig, help="the episode reward's charges")
+    deepspeed: DeepSpeedConfig = setting(factory=DeepSpeedConfig, help="the learners' DeepSpeed engine")
+    resources: ResourcesConfig = setting(factory=ResourcesConfig, help="Ray placement")
+    wandb: WandbConfig = setting(factory=WandbConfig, help="W&B tracking")
+    checkpoint: CheckpointConfig = setting(factory=CheckpointConfig, help="checkpoints for resume")
+    eval: EvalConfig = setting(factory=EvalConfig, help="held-out evaluation")
 
     def __post_init__(self) -> None:
         check(bool(self.stages), "stages must name at least one of sft, grpo")
         check(len(set(self.stages)) == len(self.stages), f"stages must not repeat, got {list(self.stages)}")
         check(list(self.stages) == sorted(self.stages, key=["sft", "grpo"].index), "stages run in the order sft, grpo")
-        # GRPO starts from what SFT taught: both stages must produce the same output representation
+        # GRPO (a patch arm) starts from what SFT taught, so SFT must teach patches too
         # (Patch-SFT -> ContractRL is the paper's recipe; a whole-object SFT cannot seed patch GRPO)
         check(
-            self.stages != ("sft", "grpo") or (self.sft.arm in _WHOLE_OBJECT) == (self.grpo.arm in _WHOLE_OBJECT),
-            f"sft.arm ({self.sft.arm}) and grpo.arm ({self.grpo.arm}) must both be patch arms or both whole-object arms",
+            self.stages != ("sft", "grpo") or self.sft.arm in PATCH_ARMS,
+            f"sft.arm ({self.sft.arm}) must be a patch arm ({', '.join(sorted(PATCH_ARMS))}) when GRPO follows it",
         )
 
 

@@ -14,18 +14,16 @@ trained ``adapter/`` (or ``model/``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..analysis.judge import Judge
 from ..configtree import to_dict
 from ..errors import ConfigError
-from ..rollout.ledger import MANIFEST
-from ..rollout.run import package_versions, source_revision
+from ..evidence.judge import Judge
+from ..rollout.ledger import read_manifest
+from ..rollout.run import new_manifest, write_manifest
 from ..rollout.runner import LocalPool, WorkerPool
 from ..tasks.audit import OverlapIndex, audit
 from ..tasks.cases import Case
@@ -38,6 +36,7 @@ from .config import DataConfig, TrainConfig
 from .loop import Trainer, TrainResult, derived_seed
 from .presets import TinyConfig, load_tokenizer, model_path
 
+TRAIN_KIND = "contractrl.train"
 _PACKAGES_EXTRA = ("torch", "transformers", "peft", "deepspeed", "wandb")
 # keys that may differ between a run and its resumption
 _RESUMABLE = ("out", "resume")
@@ -46,10 +45,7 @@ _RESUMABLE = ("out", "resume")
 def finished_run(config: TrainConfig) -> TrainResult | None:
     """The result of a run in ``config.out`` that finished under this very config, else None."""
     config = absolute(config)
-    path = Path(config.out) / MANIFEST
-    if not path.is_file():
-        return None
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(config.out)
     if manifest.get("status") != "finished" or manifest.get("config_sha256") != sha256_json(run_identity(config)):
         return None
     return TrainResult(
@@ -107,9 +103,8 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
 
 def _start_manifest(config: TrainConfig, out: Path) -> None:
     identity = run_identity(config)
-    path = out / MANIFEST
-    if path.is_file():
-        existing = json.loads(path.read_text())
+    existing = read_manifest(out)
+    if existing:
         if not config.resume:
             raise ConfigError(f"{out} already holds a training run; pass resume=true to continue it, or choose another out=")
         if existing.get("config_sha256") != sha256_json(identity):
@@ -117,22 +112,11 @@ def _start_manifest(config: TrainConfig, out: Path) -> None:
             raise ConfigError(f"cannot resume {out}: its config differs in {', '.join(changed) or 'some keys'}")
         return
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "kind": "contractrl.train",
-        "contractrl_version": __version__,
-        "config": identity,
-        "config_sha256": sha256_json(identity),
-        "seed": config.seed,
-        "source_revision": source_revision(),
-        "packages": package_versions(_PACKAGES_EXTRA),
-        "status": "running",
-    }
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_manifest(out, {**new_manifest(TRAIN_KIND, identity, config.seed, _PACKAGES_EXTRA), "status": "running"})
 
 
 def _finish_manifest(out: Path, result: TrainResult, wall_s: float) -> None:
-    path = out / MANIFEST
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(out)
     manifest.update(
         {
             "status": "finished",
@@ -144,7 +128,7 @@ def _finish_manifest(out: Path, result: TrainResult, wall_s: float) -> None:
             "wall_s_last_session": round(wall_s, 3),
         }
     )
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_manifest(out, manifest)
 
 
 def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -191,7 +175,9 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
             config,
             train_cases=[c.public for c in train_cases],
             eval_cases=[c.public for c in eval_cases],
-            demos=demonstrations(train_cases, config.sft.arm),
+            demos=demonstrations(
+                train_cases, config.sft.arm, retries=config.sft.retry_demos, abstain_repeat=config.sft.abstain_repeat
+            ),
             judge=Judge([*train_cases, *eval_cases]),
             group=group,
             pool=pool,

@@ -29,15 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..configtree import to_dict
 from ..rollout.env import RepairEnv
 from ..rollout.hf_policy import SamplingConfig
-from ..rollout.ledger import MANIFEST, LedgerWriter
 from ..rollout.prompts import render_messages, render_prompt
+from ..rollout.run import RolloutRun
 from ..rollout.runner import Episode, EpisodeRunner, WorkerPool
-from ..tasks.cases import PublicCase
+from ..tasks.cases import ABSTAIN, PublicCase
 from ..tasks.demonstrations import Demonstration
+from ..validators import PublicState
 from ..validators.jsonvalue import canonical_json
 from .checkpoint import (
+    EVALS,
+    GRPO_BATCHES,
+    STAGE_MODELS,
     WEIGHTS_FILE,
     TrainerState,
     checkpoint_dir,
@@ -54,9 +59,6 @@ from .reward import episode_reward
 from .tracking import MetricsTable, Tracker
 
 log = logging.getLogger(__name__)
-ROLLOUTS = "rollouts"
-EVALS = "eval"
-STAGE_MODELS = "stages"
 
 
 class VerdictLike(Protocol):
@@ -64,9 +66,23 @@ class VerdictLike(Protocol):
 
 
 class EpisodeJudge(Protocol):
-    """Scores the episodes of a frozen ledger (see :class:`contractrl.analysis.judge.Judge`)."""
+    """Scores the episodes of a frozen ledger (see :class:`contractrl.evidence.judge.Judge`)."""
 
     def score_run(self, run_dir: str | Path) -> list[tuple[dict[str, Any], VerdictLike]]: ...
+
+
+def replay_state(demo: Demonstration, arm: str) -> PublicState | None:
+    """The state at a demonstration's decision: its earlier attempts replayed through the real
+    validator. None when that decision is never reached (an earlier attempt ended the episode) or
+    the answer does not fit the operations left."""
+    env = RepairEnv(demo.case, arm)
+    state = env.reset()
+    for text in demo.earlier:
+        state, _ = env.step(text)
+        if state.done:
+            return None
+    patch = demo.earlier and not env.whole_object and demo.answer != ABSTAIN
+    return None if patch and len(json.loads(demo.answer)) > state.ops_left else state
 
 
 def derived_seed(*parts: Any) -> int:
@@ -182,13 +198,19 @@ class Trainer:
     def _sft_examples(self) -> list[tuple[list[int], list[int]]]:
         if self._examples is None:
             tok = self.tokenizer
+            arm = self.config.sft.arm
             examples = []
+            unreachable = 0
             for demo in self.demos:
-                prompt = render_prompt(
-                    render_messages(demo.case, RepairEnv(demo.case, self.config.sft.arm).reset(), self.config.sft.arm), tok
-                )
+                state = replay_state(demo, arm)
+                if state is None:
+                    unreachable += 1
+                    continue
+                prompt = render_prompt(render_messages(demo.case, state, arm), tok)
                 answer = tok(demo.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
                 examples.append((tok(prompt, add_special_tokens=False)["input_ids"], answer))
+            if unreachable:
+                log.info("SFT leaves out %d later-decision demonstrations whose earlier attempt ends the episode", unreachable)
             limit = self.config.sft.max_tokens
             kept = [e for e in examples if len(e[0]) + len(e[1]) <= limit]
             if len(kept) < len(examples):
@@ -238,7 +260,7 @@ class Trainer:
         episodes = EpisodeRunner(policy, self.pool, arm=cfg.arm).run_episodes(cases, group=cfg.group_size, seed=self.config.seed)
         rollout_s = time.perf_counter() - start
 
-        run_dir = self.out / ROLLOUTS / f"step-{state.global_step + 1:06d}"
+        run_dir = self.out / GRPO_BATCHES / f"step-{state.global_step + 1:06d}"
         state.rollout_digests.append(self._freeze(run_dir, episodes, {"stage": "grpo", "grpo_step": step}))
         scored = self.judge.score_run(run_dir)  # only now, on a frozen ledger, do verdicts exist
         rewards = [episode_reward(row, verdict.success, self.config.reward) for row, verdict in scored]
@@ -325,19 +347,11 @@ class Trainer:
     # --- ledgers and checkpoints ---------------------------------------------------------------
 
     def _freeze(self, run_dir: Path, episodes: Sequence[Episode], extra: dict[str, Any]) -> str:
-        shutil.rmtree(run_dir, ignore_errors=True)  # a leftover of an interrupted step
-        run_dir.mkdir(parents=True)
-        manifest = {
-            "kind": "contractrl.rollout",
-            "seed": self.config.seed,
-            "arm": episodes[0].key.arm if episodes else None,
-            **extra,
-        }
-        (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        writer = LedgerWriter(run_dir)
-        for episode in episodes:
-            writer.append(episode.row)
-        return writer.freeze()
+        extra = {**extra, "arm": episodes[0].key.arm if episodes else None}
+        labels = extra.pop("labels", None)
+        # replace: a leftover of an interrupted step is redone
+        run = RolloutRun.create(run_dir, to_dict(self.config), seed=self.config.seed, labels=labels, extra=extra, replace=True)
+        return run.write(episode.row for episode in episodes)
 
     def _checkpoint(self, state: TrainerState, *, engine: bool) -> None:
         import torch
@@ -359,7 +373,7 @@ class Trainer:
         state = read_state(found)
         self.group.load_trainable_state(torch.load(found / WEIGHTS_FILE, weights_only=True))
         # anything written after the checkpoint is redone, so the run matches an uninterrupted one
-        for path in sorted((self.out / ROLLOUTS).glob("step-*")):
+        for path in sorted((self.out / GRPO_BATCHES).glob("step-*")):
             if int(path.name.removeprefix("step-")) > state.global_step:
                 shutil.rmtree(path)
         for path in sorted((self.out / EVALS).glob("after-*")):
@@ -373,7 +387,7 @@ def _episode_table(
 ) -> list[dict[str, Any]]:
     rows = []
     for (row, verdict), reward in list(zip(scored, rewards, strict=True))[:limit]:
-        attempts = json.loads(row["attempts"]) if isinstance(row["attempts"], str) else row["attempts"]
+        attempts = row["attempts"]
         rows.append(
             {
                 "case_id": row["case_id"],

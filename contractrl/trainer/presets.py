@@ -47,7 +47,8 @@ class TinyConfig:
 def tokenizer_corpus(n_cases: int = 520, seed: int = 0) -> list[str]:
     """Texts the tiny tokenizer learns from: everything a prompt or an answer is made of."""
     from ..rollout.env import RepairEnv
-    from ..rollout.prompts import ARMS, render_messages
+    from ..rollout.prompts import render_messages
+    from ..tasks.arms import ARMS
     from ..tasks.generate import GenerateConfig, generate_cases
 
     texts: list[str] = []

@@ -1,4 +1,4 @@
-"""The episode reward of DESIGN.md, from a frozen ledger row and the judge's verdict.
+"""The episode reward (docs/training.md, "What a step does"), from a frozen ledger row and the judge's verdict.
 
 R = 1[semantic success] - λc·C - λr·r - λu·U - λy·T
 

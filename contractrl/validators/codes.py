@@ -1,4 +1,4 @@
-"""The one vocabulary of typed outcome codes (DESIGN.md), shared by prompts, ledgers and metrics.
+"""The one vocabulary of typed outcome codes (docs/contract.md), shared by prompts, ledgers and metrics.
 
 Codes are plain strings on the wire (``Code.WRONG_TYPE == "wrong_type"``) so ledgers stay readable
 and stable across versions; the enum only guards against typos in the code base.
@@ -56,19 +56,6 @@ class Code(str, Enum):
     __hash__ = str.__hash__
 
 
-RESPONSE_CODES = frozenset(
-    {
-        Code.ACCEPTED,
-        Code.REFUSAL,
-        Code.MALFORMED_JSON,
-        Code.TRUNCATED,
-        Code.DUPLICATE_KEY,
-        Code.NON_FINITE_NUMBER,
-        Code.TOO_LARGE,
-        Code.TOO_DEEP,
-        Code.ABSTAIN,
-    }
-)
 SCHEMA_CODES = frozenset(
     {
         Code.MISSING_REQUIRED,
@@ -98,4 +85,3 @@ PATCH_CODES = frozenset(
         Code.TEST_FAILED,
     }
 )
-BUDGET_CODES = frozenset({Code.ATTEMPTS_EXHAUSTED})

@@ -251,12 +251,16 @@ def _check_required_if(rule: RequiredIf, instance: Any) -> Found:
     yield from bad
 
 
+def _not_an_array(rule_id: str, where: Tokens, value: Any) -> Found:
+    """Nothing when the operand is absent (the rule does not apply), else its uncomparable error."""
+    if value is not _ABSENT:
+        yield _uncomparable(rule_id, where, value, "an array")
+
+
 def _check_aggregate(rule: Aggregate, instance: Any) -> Found:
     items = resolve(instance, rule.array, _ABSENT)
-    if items is _ABSENT:
-        return
     if not isinstance(items, list):
-        yield _uncomparable(rule.id, rule.array, items, "an array")
+        yield from _not_an_array(rule.id, rule.array, items)
         return
     limit_raw: Any = rule.limit if rule.limit_ptr is None else resolve(instance, rule.limit_ptr, _ABSENT)
     if limit_raw is _ABSENT:
@@ -326,10 +330,8 @@ def _integral(value: Any) -> Any:
 
 def _check_unique(rule: Unique, instance: Any) -> Found:
     items = resolve(instance, rule.array, _ABSENT)
-    if items is _ABSENT:
-        return
     if not isinstance(items, list):
-        yield _uncomparable(rule.id, rule.array, items, "an array")
+        yield from _not_an_array(rule.id, rule.array, items)
         return
     seen: dict[str, int] = {}
     for i, item in enumerate(items):

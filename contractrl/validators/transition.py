@@ -67,16 +67,6 @@ class AttemptRecord:
     off_pointer: tuple[str, ...] = ()
     wall_s: float = 0.0
 
-    def public_dict(self) -> dict[str, Any]:
-        """The history entry a policy may see (no timing: it is not part of the decision state)."""
-        return {
-            "attempt": self.attempt,
-            "outcome": self.outcome.value,
-            "pointer": self.pointer,
-            "message": self.message,
-            "ops": list(self.ops),
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class PublicState:

@@ -19,23 +19,23 @@ where it stopped; a half-written one is redone.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..rollout.ledger import MANIFEST
+from ..configtree import from_dict, merge, to_dict
 from ..rollout.policies import Policy
 from ..rollout.prompts import FEEDBACK
-from ..rollout.run import write_run
+from ..rollout.run import RolloutRun, write_run
 from ..rollout.runner import EpisodeRunner, WorkerPool
 from ..tasks.cases import Case, PublicCase
 from ..tasks.catalog import TOOL_FAMILIES
+from ..tasks.corruptions import CLEAN_FAMILIES, NOISE_FAMILIES
 from ..tasks.generate import GenerateConfig, generate_cases
 from ..tasks.store import write_case_set
-from .tables import CLEAN_FAMILIES, NOISE_FAMILIES
+from ..trainer.config import TrainConfig
 
 DEFAULT_BUDGETS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2), (3, 3), (4, 4))  # (attempts B, operations K)
 DEFAULT_HORIZONS: tuple[int, ...] = (1, 3, 5, 8)
@@ -55,13 +55,6 @@ class StudySetup:
     progress: bool = True
 
 
-def is_frozen(run_dir: Path) -> bool:
-    manifest = run_dir / MANIFEST
-    if not manifest.is_file():
-        return False
-    return bool(json.loads(manifest.read_text()).get("ledger_sha256"))
-
-
 def evaluate(
     setup: StudySetup,
     cases: Sequence[PublicCase],
@@ -75,7 +68,7 @@ def evaluate(
     from tqdm.auto import tqdm
 
     run_dir = Path(out)
-    if is_frozen(run_dir):
+    if RolloutRun(run_dir).is_frozen():
         return run_dir
     shutil.rmtree(run_dir, ignore_errors=True)  # a run interrupted before its freeze
     policy = setup.make_policy(feedback)
@@ -161,7 +154,7 @@ def horizon_study(
 
 
 def transfer_study(
-    config: Any,
+    config: TrainConfig,
     out_root: str | Path,
     *,
     families: Sequence[str] = TOOL_FAMILIES,
@@ -171,16 +164,14 @@ def transfer_study(
 ) -> list[Path]:
     """For each tool family: train on the others (the full SFT -> GRPO recipe of ``config``), then
     evaluate the trained policy greedily on new cases of the held-out family."""
-    from ..configtree import from_dict, merge, to_dict
+    # torch and Ray load only when a transfer study runs
     from ..rollout.hf_policy import HFPolicy, SamplingConfig
     from ..rollout.pool import RayPool
     from ..rollout.runner import LocalPool
-    from ..trainer.config import TrainConfig
     from ..trainer.entry import train
     from ..trainer.loop import derived_seed
     from ..trainer.presets import load_model
 
-    assert isinstance(config, TrainConfig)
     unknown = set(families) - set(TOOL_FAMILIES)
     if unknown or len(families) < 2:
         raise ValueError(f"transfer needs at least two of {', '.join(TOOL_FAMILIES)}, got {list(families)}")
@@ -191,7 +182,7 @@ def transfer_study(
         trained_on = tuple(f for f in families if f != heldout)
         fold = root / f"transfer-{heldout}"
         run_dir = fold / "heldout-eval"
-        if is_frozen(run_dir):
+        if RolloutRun(run_dir).is_frozen():
             runs.append(run_dir)
             continue
         overrides = {"out": str(fold / "train"), "data": {"tool_families": list(trained_on)}, "resume": True}
@@ -213,13 +204,23 @@ def transfer_study(
         def make_policy(feedback: str, model: Any = model, tokenizer: Any = tokenizer, arm: str = arm) -> Policy:
             return HFPolicy(model, tokenizer, arm=arm, feedback=feedback, sampling=sampling, name="hf")
 
-        pool = RayPool(workers) if workers > 0 else LocalPool(1)
-        setup = StudySetup(
-            make_policy, pool, arm=arm, seed=config.seed, model=config.model.label, stage="grpo", progress=progress
-        )
         labels = {"study": "transfer", "condition": f"heldout={heldout}", "heldout_tool_family": heldout}
         labels["train_tool_families"] = "+".join(trained_on)
-        runs.append(evaluate(setup, [c.public for c in cases], run_dir, labels))
+        ray_pool = RayPool(workers) if workers > 0 else None
+        try:
+            setup = StudySetup(
+                make_policy,
+                ray_pool or LocalPool(1),
+                arm=arm,
+                seed=config.seed,
+                model=config.model.label,
+                stage="grpo",
+                progress=progress,
+            )
+            runs.append(evaluate(setup, [c.public for c in cases], run_dir, labels))
+        finally:
+            if ray_pool is not None:  # the workers of one fold are not left running into the next
+                ray_pool.shutdown()
     return runs
 
 

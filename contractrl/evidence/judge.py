@@ -10,7 +10,6 @@ scoring, which stops a training run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,8 +73,6 @@ class Judge:
             raise ContractRLError(f"episode {row['episode_id']} is for case {case_id}, which this judge does not hold")
         public = self._public[case_id]
         dispatched = row.get("dispatched")
-        if isinstance(dispatched, str):
-            dispatched = json.loads(dispatched)
         if row.get("accepted"):
             report = self._verifier(public).verify(dispatched)
             if not report.accepted:

@@ -23,6 +23,16 @@ from .conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 RAY = Path(sys.executable).with_name("ray")
+_PORT_OPTIONS = (
+    "port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+    "ray-client-server-port",
+    "node-manager-port",
+    "object-manager-port",
+)
 
 
 def _free_port() -> int:
@@ -41,9 +51,13 @@ def _env() -> dict[str, str]:
 def head() -> Iterator[str]:
     """A local head node with the dashboard (which serves job submission); its address."""
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
-    port, dashboard = _free_port(), _free_port()
-    argv = [str(RAY), "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}"]
-    argv += ["--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=2", f"--temp-dir={temp}"]
+    dashboard = _free_port()
+    argv = [str(RAY), "start", "--head", "--block", f"--dashboard-port={dashboard}", f"--temp-dir={temp}"]
+    argv += ["--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=2"]
+    # every port of its own: a Ray instance an earlier test started in this process still holds the
+    # defaults (the job agent's 52365 among them), and a head whose agent cannot bind takes no jobs
+    for option in _PORT_OPTIONS:
+        argv.append(f"--{option}={_free_port()}")
     proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     address = f"http://127.0.0.1:{dashboard}"
     try:
@@ -87,9 +101,10 @@ def test_a_submitted_job_runs_contractrl_with_the_shipped_runtime_env(head: str,
         "-c",
         entrypoint,
     ]
-    for _ in range(30):  # the head answers before its job agent is up: "No available agent"
+    deadline = time.monotonic() + 120
+    while True:  # the head may answer before its job agent is up: "No available agent"
         proc = subprocess.run(argv, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=900)
-        if proc.returncode == 0 or "No available agent" not in proc.stderr:
+        if proc.returncode == 0 or "No available agent" not in proc.stderr or time.monotonic() > deadline:
             break
         time.sleep(2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

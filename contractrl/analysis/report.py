@@ -142,6 +142,11 @@ def summary(episodes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _scroll(table_html: str) -> str:
+    """A wide table scrolls sideways inside the page instead of widening it."""
+    return f"<div class='scroll'>{table_html}</div>"
+
+
 def _write_index(
     out_dir: Path, episodes: pd.DataFrame, overview: pd.DataFrame, tables: list[Table], plots: list[Plot], settings: dict
 ) -> Path:
@@ -150,14 +155,17 @@ def _write_index(
         "<!doctype html><html><head><meta charset='utf-8'><title>ContractRL report</title>",
         "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 2em}td,th{border:1px solid #ccc;padding:2px 6px}"
-        "th{background:#f3f3f3}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}.not-run{color:#666}</style></head><body>",
+        "th{background:#f3f3f3}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}"
+        ".not-run{color:#666}.scroll{overflow-x:auto}</style></head><body>",
         "<h1>ContractRL report</h1>",
         f"<p>{len(episodes)} episodes from {sum(len(r['runs']) for r in settings['roots'])} frozen runs; "
         f"created {esc(settings['created'])}. Calibration thresholds, fixed before scoring: "
         f"{esc(', '.join(f'{t:.2f}' for t in settings['thresholds']))}. "
         f"Unsafe dispatches: {int(episodes['unsafe_dispatch'].sum()) if len(episodes) else 0}.</p>",
         "<h2>Overview</h2>",
-        overview.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0) if len(episodes) else "<p>No episodes.</p>",
+        _scroll(overview.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0))
+        if len(episodes)
+        else "<p>No episodes.</p>",
         "<h2>Figures</h2>",
     ]
     for plot in plots:
@@ -177,7 +185,7 @@ def _write_index(
         if table.frame.empty:
             parts.append("<p><em>No episodes of this study were given to the report.</em></p>")
         else:
-            parts.append(table.frame.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0, na_rep=""))
+            parts.append(_scroll(table.frame.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0, na_rep="")))
     parts.append("</body></html>")
     path = out_dir / "index.html"
     path.write_text("\n".join(parts))

@@ -11,7 +11,9 @@ a refused edit of an immutable field was never followed by ABSTAIN. ``retries=Tr
 each case, a later-decision demonstration: one typical rejected attempt (the reported value
 resubmitted unchanged, or the edit the report points at) is replayed first, and the answer is still
 the gold one. The trainer replays it through the real validator and keeps the demonstration only
-when the attempt was in fact rejected and the budgets leave room for the answer.
+when the attempt was in fact rejected and the budgets leave room for the answer. Measured
+(benchmarks/RESULTS.md): it taught ABSTAIN on immutable fields but not to avoid repeats, and it
+costs first decisions at a fixed step budget, so the trainer leaves it off by default.
 """
 
 from __future__ import annotations

@@ -16,15 +16,13 @@ from typing import Any, Protocol
 
 from ..errors import ConfigError
 from ..tasks.arms import WHOLE_OBJECT_ARMS
-from ..tasks.cases import PublicCase
+from ..tasks.cases import ABSTAIN, PublicCase
 from ..tasks.catalog import all_tools
 from ..validators import PublicState
 from ..validators.apply import apply_patch
 from ..validators.jsonvalue import canonical_json, json_equal
 from ..validators.patch import PatchAction, parse_action
 from ..validators.pointer import format_pointer, parse_pointer, resolve
-
-ABSTAIN = "ABSTAIN"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ _PACKAGES = ("contractrl", "jsonschema-rs", "jsonschema", "pyarrow", "ray")
 ROLLOUT_KIND = "contractrl.rollout"
 
 
+@cache
 def source_revision() -> str | None:
-    """The git commit of the source tree, when it is a checkout."""
+    """The git commit of the source tree, when it is a checkout (asked once per process: every
+    GRPO step writes a manifest, and the tree does not change under a running job)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10
@@ -41,13 +44,18 @@ def source_revision() -> str | None:
 
 def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     """Versions of Python and of the packages a run's results depend on (plus ``extra``)."""
-    versions = {"python": platform.python_version()}
+    return dict(_versions(extra))
+
+
+@cache
+def _versions(extra: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    versions = [("python", platform.python_version())]
     for name in (*_PACKAGES, *extra):
         try:
-            versions[name] = metadata.version(name)
+            versions.append((name, metadata.version(name)))
         except metadata.PackageNotFoundError:
             continue
-    return versions
+    return tuple(versions)
 
 
 def new_manifest(kind: str, config: dict[str, Any], seed: int, packages: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def replay_state(demo: Demonstration, arm: str) -> PublicState | None:
         state, _ = env.step(text)
         if state.done:
             return None
-    patch = demo.earlier and not env.whole_object and demo.answer != ABSTAIN
+    patch = bool(demo.earlier) and not env.whole_object and demo.answer != ABSTAIN
     return None if patch and len(json.loads(demo.answer)) > state.ops_left else state
 
 

@@ -104,15 +104,17 @@ def cmd_cases_generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .tasks.audit import DEFAULT_DISJOINT, OverlapIndex, audit, check_units, format_audit
-    from .tasks.corruptions import CORRUPTION_FAMILIES
     from .tasks.generate import GenerateConfig, generate_cases
     from .tasks.offline import read_cases
+    from .tasks.sources import source_families
     from .tasks.store import write_case_set
 
     config = GenerateConfig(
         seed=args.seed,
         n=args.n,
-        families=args.families or CORRUPTION_FAMILIES,
+        families=args.families or source_families(args.source),
+        source=args.source,
+        request_style=args.request_style,
         **({"tool_families": args.tool_families} if args.tool_families else {}),
     )
     disjoint = check_units(args.disjoint or DEFAULT_DISJOINT)
@@ -422,7 +424,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _add_verifier_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--schema", required=True, help="JSON Schema file (BFCL, draft-04/06/07 or 2020-12)")
+    p.add_argument(
+        "--schema",
+        required=True,
+        help=(
+            "JSON Schema file (BFCL, draft-04/06/07 or 2020-12), or a tool definition holding one "
+            "(MCP inputSchema, OpenAI parameters)"
+        ),
+    )
     p.add_argument("--call", required=True, help="the tool call's arguments as JSON")
     p.add_argument("--backend", choices=BACKENDS, default="rs", help="validation backend (default: rs)")
     p.add_argument("--contract", help="cross-field rules file: {'rules': [...]}")
@@ -458,8 +467,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen = cases_sub.add_parser("generate", help="write public.parquet, offline.parquet and manifest.json")
     gen.add_argument("--seed", type=int, required=True)
     gen.add_argument("--n", type=int, required=True, help="number of cases")
-    gen.add_argument("--families", type=_csv, help="corruption families, comma-separated (default: all 13)")
-    gen.add_argument("--tool-families", type=_csv, help="tool families, comma-separated (default: all 5)")
+    gen.add_argument(
+        "--source",
+        default="builtin",
+        help="where valid calls come from: builtin (the tool catalog) or bfcl:DIR (BFCL questions with possible answers)",
+    )
+    gen.add_argument(
+        "--request-style",
+        choices=("verbatim", "paraphrase"),
+        default="verbatim",
+        help="how requests state values: as JSON to copy, or in words (numbers, dates, yes/no) to understand",
+    )
+    gen.add_argument(
+        "--families", type=_csv, help="corruption families, comma-separated (default: all the source can host: 13, BFCL 11)"
+    )
+    gen.add_argument("--tool-families", type=_csv, help="built-in tool families, comma-separated (default: all 5)")
     gen.add_argument("--exclude", help="an existing case set the new one must be disjoint from (a held-out split)")
     gen.add_argument(
         "--disjoint", type=_csv, help="audit units that must not overlap (default: case ids, fingerprints, ops, clusters)"

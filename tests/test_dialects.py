@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -101,7 +105,13 @@ def test_unknown_dialect_uri_is_refused() -> None:
     ("schema", "message"),
     [
         ({"type": "object", "nullable": True}, "unknown keyword 'nullable'"),
-        ({"properties": {"d": {"type": "string", "format": "binary"}}}, "unknown format 'binary'"),
+        ({"properties": {"d": {"type": "string", "format": "int128"}}}, "unknown format 'int128'"),
+        ({"properties": {"n": {"type": "integer", "minValue": 0}}}, "unknown keyword 'minValue'"),
+        ({"oneOf": [{"type": "object"}], "discriminator": {"propertyName": "kind"}}, "unknown keyword 'discriminator'"),
+        ({"properties": {"t": {"_format": "date-time"}}}, "unknown keyword '_format'"),
+        ({"self": {"vendor": "v", "name": "n", "format": "jsonschema", "version": 1}}, "unknown keyword 'self'"),
+        ({"properties": {"a": {"self": {"vendor": "v", "name": "n", "format": "f", "version": "1"}}}}, "unknown keyword 'self'"),
+        ({"name": "f", "inputSchema": "object"}, "'inputSchema' that is not a schema"),
         ({"$ref": "https://example.com/schema.json"}, "only local"),
         ({"$ref": "#/$defs/missing"}, "resolves to nothing"),
         ({"type": "strnig"}, "unknown type"),
@@ -118,7 +128,7 @@ def test_fail_closed_at_compile_time(schema: object, message: str) -> None:
 
 
 def test_lenient_drops_unknown_keywords_and_formats_with_notes() -> None:
-    out = normalize_schema({"type": "object", "nullable": True, "properties": {"d": {"format": "binary"}}}, lenient=True)
+    out = normalize_schema({"type": "object", "nullable": True, "properties": {"d": {"format": "int128"}}}, lenient=True)
     assert out.schema["properties"]["d"] == {}
     assert "nullable" not in out.schema
     assert len(out.notes) == 2 and all("lenient" in n for n in out.notes)
@@ -237,3 +247,116 @@ def test_two_source_keywords_for_one_target_merge_or_refuse() -> None:
         normalize_schema({"definitions": {"x": {"type": "integer"}}, "$defs": {"x": {"type": "string"}}})
     with pytest.raises(SchemaCompileError, match="prefixItems"):
         normalize_schema({"prefixItems": [{}], "items": [{}]})
+
+
+# --- schemas people actually have: annotations, OpenAPI formats and tool definitions ----------------
+
+_TOOL = {
+    "type": "object",
+    "properties": {"limit": {"type": "integer", "format": "int32"}, "blob": {"type": "string", "format": "byte"}},
+    "required": ["limit"],
+}
+
+
+def test_vendor_extensions_and_openapi_annotations_are_removed_with_notes() -> None:
+    schema = {
+        "type": "object",
+        "x-kubernetes-group-version-kind": [{"group": "", "kind": "Pod", "version": "v1"}],
+        "properties": {
+            "x-name": {"type": "string", "x-order": 1, "example": "a", "externalDocs": {"url": "u"}, "xml": {"name": "n"}},
+        },
+        "self": {"vendor": "com.acme", "name": "event", "format": "jsonschema", "version": "1-0-0"},
+    }
+    out = normalize_schema(schema)
+    # a property named x-name is a property: only keywords are annotations
+    assert out.schema["properties"] == {"x-name": {"type": "string"}}
+    assert "x-kubernetes-group-version-kind" not in out.schema and "self" not in out.schema
+    assert len(out.notes) == 6
+    verifier = Verifier.build(schema)
+    assert verifier.verify({"x-name": "a"}).accepted and not verifier.verify({"x-name": 1}).accepted
+
+
+@pytest.mark.parametrize(
+    "definition",
+    [
+        {"name": "search", "description": "d", "inputSchema": _TOOL},  # MCP
+        {"name": "search", "description": "d", "parameters": _TOOL},  # OpenAI function
+        {"type": "function", "function": {"name": "search", "parameters": _TOOL, "strict": True}},  # OpenAI tool
+        {"name": "search", "input_schema": _TOOL},  # Anthropic
+    ],
+)
+def test_tool_definitions_are_read_for_their_schema(definition: dict) -> None:
+    bare = normalize_schema(_TOOL)
+    wrapped = normalize_schema(definition)
+    assert wrapped.schema == bare.schema and wrapped.sha256 == bare.sha256
+    assert "search" in wrapped.notes[0]
+    report = Verifier.build(definition).verify({"limit": 2**31})
+    assert not report.accepted and report.errors[0].pointer == "/limit"
+
+
+def test_annotation_formats_can_be_refused() -> None:
+    schema = {"properties": {"file": {"type": "string", "format": "binary"}, "pw": {"type": "string", "format": "password"}}}
+    assert normalize_schema(schema).schema["properties"] == {"file": {"type": "string"}, "pw": {"type": "string"}}
+    with pytest.raises(SchemaCompileError, match="unknown format 'binary'"):
+        normalize_schema(schema, annotation_formats=frozenset())
+
+
+def test_openapi_formats_keep_the_schema_own_bounds() -> None:
+    out = normalize_schema({"type": "integer", "format": "int32", "minimum": 0, "allOf": [{"multipleOf": 2}]})
+    assert out.schema["minimum"] == 0
+    assert out.schema["allOf"] == [{"multipleOf": 2}, {"minimum": -(2**31), "maximum": 2**31 - 1}]
+    verifier = Verifier.build({"type": "integer", "format": "int32", "minimum": 0})
+    assert [verifier.verify(v).accepted for v in (-1, 0, 2**31 - 1, 2**31)] == [False, True, True, False]
+
+
+_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _near_bounds() -> st.SearchStrategy[int]:
+    edges = [b + d for lo, hi in _RANGES.values() for b in (lo, hi) for d in (-1, 0, 1)]
+    return st.one_of(st.sampled_from(edges), st.integers(min_value=-(2**70), max_value=2**70))
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_near_bounds(), fmt=st.sampled_from(sorted(_RANGES)), backend=st.sampled_from(["rs", "python"]))
+def test_integer_formats_accept_exactly_their_range(value: int, fmt: str, backend: str) -> None:
+    lo, hi = _RANGES[fmt]
+    verifier = Verifier.build({"type": "integer", "format": fmt}, backend=backend)
+    assert verifier.verify(value).accepted == (lo <= value <= hi)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from([_FLOAT32_MAX, -_FLOAT32_MAX, np.nextafter(_FLOAT32_MAX, np.inf), 1e39, -1e39]),
+    ),
+    backend=st.sampled_from(["rs", "python"]),
+)
+def test_float_format_accepts_exactly_the_float32_range(value: float, backend: str) -> None:
+    reference = abs(value) <= _FLOAT32_MAX  # the largest finite IEEE single, as OpenAPI's float
+    assert Verifier.build({"type": "number", "format": "float"}, backend=backend).verify(float(value)).accepted == reference
+
+
+def _base64_reference(text: str) -> bool:
+    """RFC 4648 section 4 with padding, as Python's strict decoder reads it."""
+    try:
+        binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError):
+        return False
+    return True
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(alphabet="ABCaz09+/=", max_size=12),
+        st.binary(max_size=9).map(lambda b: base64.b64encode(b).decode()),
+        st.text(max_size=8),
+    ),
+    backend=st.sampled_from(["rs", "python"]),
+)
+def test_byte_format_accepts_exactly_base64(text: str, backend: str) -> None:
+    verifier = Verifier.build({"type": "string", "format": "byte"}, backend=backend)
+    assert verifier.verify(text).accepted == _base64_reference(text)

@@ -39,14 +39,15 @@ def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
     shutil.copytree(REPO_ROOT / "tune_configs", tmp_path / "tune_configs")
     exe = Path(sys.executable).with_name("contractrl")
     prefix = [str(exe)] if exe.exists() else [sys.executable, "-m", "contractrl"]
-    ran, elsewhere = 0, 0
+    ran, elsewhere, without_data = 0, 0, 0
     for argv in commands:
-        args = [str(SHARED_DATA / "bfcl") if a == "../shared/data/bfcl" else a for a in argv[1:]]
+        args = [a.replace("../shared/data", str(SHARED_DATA)) for a in argv[1:]]
         if argv[1] == "run":
             elsewhere += 1
             continue  # the main job runs end to end in test_pipeline.py (the slowest test; once is enough)
-        if argv[1] == "screen" and not (SHARED_DATA / "bfcl").is_dir():
-            continue  # the BFCL files are not part of a user's clone; the rest still runs
+        if any("../shared/data" in a for a in argv) and not SHARED_DATA.is_dir():
+            without_data += 1
+            continue  # the public data is not part of a user's clone; the rest still runs
         proc = subprocess.run([*prefix, *args], cwd=tmp_path, capture_output=True, text=True)
         assert proc.returncode == EXPECTED_EXIT.get(argv[1], 0), (argv, proc.stdout[-500:], proc.stderr[-2000:])
         ran += 1
@@ -69,4 +70,10 @@ def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
             result = json.loads(proc.stdout)
             assert result["cases"] == result["schema_valid"] == result["object_match"] == 64
             assert result["retries"] == 0 and "protocol check" in result["note"]
-    assert elsewhere == 1 and ran >= len(commands) - elsewhere - 1  # at most the BFCL screen was skipped
+        if argv[1:3] == ["cases", "generate"] and "--source" in argv:
+            assert json.loads(proc.stdout)["counts"].keys() == {
+                "missing_required", "wrong_type", "constraint_violation", "nested_field", "array_element", "multi_field",
+                "ambiguous_pointer", "wrong_pointer", "malformed_feedback", "injected_text", "unrepairable",
+            }  # fmt: skip
+    assert elsewhere == 1 and ran == len(commands) - elsewhere - without_data
+    assert without_data == 0 or not SHARED_DATA.is_dir()

@@ -9,6 +9,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contractrl.cli import main
 from contractrl.errors import ConfigError
@@ -18,6 +20,7 @@ from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, make_sandbox
 from contractrl.tasks.corruptions import ABSTAIN_FAMILIES, CORRUPTION_FAMILIES
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.offline import read_cases, semantic_outcome
+from contractrl.tasks.requests import paraphrase_value, read_value
 from contractrl.validators import Budgets, Code, RepairContract, Verifier, load_contract
 from contractrl.validators.jsonvalue import canonical_json
 
@@ -214,3 +217,66 @@ def test_oracle_rejects_one_extra_side_effect() -> None:
         assert not semantic_outcome(pub, replace(off, expected=fewer), off.target, abstained=False).success
         checked += 1
     assert checked >= 100
+
+
+# --- paraphrased requests ------------------------------------------------------------------------
+
+
+@cache
+def _paraphrased() -> tuple[Case, ...]:
+    return tuple(generate_cases(GenerateConfig(seed=31, n=520, request_style="paraphrase")))
+
+
+def test_paraphrased_requests_carry_every_value_a_repair_needs() -> None:
+    """An oracle reads every target value back from the request's words."""
+    rewritten = 0
+    for case in _paraphrased():
+        assert case.offline.corruption["request_style"] == "paraphrase"
+        if case.offline.target is None:
+            continue
+        properties = case.public.schema.get("properties", {})
+        for key, value in case.offline.target.items():
+            phrase = paraphrase_value(value, properties.get(key, {}))
+            assert phrase in case.public.request, (case.public.case_id, key, phrase)
+            read = read_value(phrase, properties.get(key, {}))
+            assert read == value and type(read) is type(value)
+            rewritten += phrase != canonical_json(value)
+    assert rewritten > 300  # numbers, booleans, dates and enum members, not only JSON
+
+
+def test_paraphrase_changes_only_the_request_and_the_record_of_its_style() -> None:
+    plain = generate_cases(GenerateConfig(seed=31, n=26))
+    worded = _paraphrased()[:26]
+    for a, b in zip(plain, worded, strict=True):
+        assert (a.public.candidate, a.offline.target, a.offline.target_patch) == (
+            b.public.candidate,
+            b.offline.target,
+            b.offline.target_patch,
+        )
+    assert any(a.public.request != b.public.request for a, b in zip(plain, worded, strict=True))
+    assert GenerateConfig(seed=31, n=26).to_dict() == {**GenerateConfig(seed=31, n=26, request_style="verbatim").to_dict()}
+    assert "request_style" not in GenerateConfig(seed=31, n=26).to_dict()  # earlier case sets keep their bytes
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=st.one_of(
+        st.booleans(),
+        st.integers(min_value=-(10**9), max_value=10**9),
+        st.dates().map(lambda d: d.isoformat()),
+        st.datetimes().map(lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        st.sampled_from(["read_only", "dry_run", "plain"]),
+    )
+)
+def test_every_paraphrase_reads_back_to_its_value(value: object) -> None:
+    schema = {"enum": ["read_only", "dry_run", "plain"]} if value in ("read_only", "dry_run", "plain") else {}
+    phrase = paraphrase_value(value, schema)
+    read = read_value(phrase, schema)
+    assert read == value and type(read) is type(value)
+
+
+def test_request_styles_are_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown request style"):
+        GenerateConfig(seed=0, n=1, request_style="poetic")
+    with pytest.raises(ConfigError, match="users' own questions"):
+        GenerateConfig(seed=0, n=1, request_style="paraphrase", source="bfcl:/nowhere")

@@ -403,7 +403,7 @@ def transfer(frame: pd.DataFrame) -> Table:
     return Table(
         "transfer",
         "Table 34",
-        "Cross-tool-family transfer: train on four tool families, evaluate on the fifth",
+        "Transfer: train on some tool families (or one case source), evaluate on a held-out one (a family, or BFCL)",
         summarize(rows, ("heldout_tool_family", "train_tool_families", "case_family", "arm", "system"), metrics),
     )
 

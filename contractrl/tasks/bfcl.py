@@ -97,6 +97,21 @@ def load_bfcl(question_file: str | Path, answer_file: str | Path | None = None) 
     return entries
 
 
+def load_bfcl_dir(bfcl_dir: str | Path) -> list[BfclEntry]:
+    """Every question file in ``bfcl_dir`` that has a possible-answer file, in name order."""
+    folder = Path(bfcl_dir)
+    answers = folder / "possible_answer"
+    if not answers.is_dir():
+        raise InputFileError(f"{folder} has no possible_answer/ folder: not a BFCL data directory")
+    entries: list[BfclEntry] = []
+    for question in sorted(folder.glob("*.json")):
+        if (answers / question.name).is_file():
+            entries.extend(load_bfcl(question, answers / question.name))
+    if not entries:
+        raise InputFileError(f"no BFCL question files with possible answers in {folder}")
+    return entries
+
+
 def _first_value(alternatives: list[Any]) -> Any:
     value = next(v for v in alternatives if v != "")
     return _resolve_nested(value)

@@ -1,12 +1,17 @@
-"""The built-in tool catalog: five families, six tools each, and their sandboxes."""
+"""The built-in tool catalog: five families, six tools each, and their sandboxes.
+
+Imported tools (BFCL functions, JSON Schema corpus entries) have no backend; their family's
+sandbox records the call, and their cases are scored offline by the source's own oracle.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 from ..errors import ConfigError
-from .spec import Sandbox, ToolSpec
+from .spec import ExecResult, Sandbox, ToolSpec
 from .tools import calendar, code_edit, database, files, http
 
 TOOL_FAMILIES: tuple[str, ...] = ("file", "calendar", "database", "http", "code")
@@ -19,6 +24,20 @@ _SANDBOXES: dict[str, Callable[[int], Sandbox]] = {
     "code": code_edit.CodeEditSandbox,
 }
 _MODULES = (files, calendar, database, http, code_edit)
+
+
+class RecordingSandbox:
+    """The sandbox of imported tools: executes nothing and returns the call it was given."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def execute(self, tool: str, args: dict[str, Any]) -> ExecResult:
+        return ExecResult(True, {"tool": tool, "arguments": args})
+
+
+IMPORTED_TOOL_FAMILIES: tuple[str, ...] = ("bfcl", "jsonschema")
+_SANDBOXES.update({family: RecordingSandbox for family in IMPORTED_TOOL_FAMILIES})
 
 
 @cache

@@ -354,9 +354,10 @@ def _free_text(ctx: _Ctx) -> list[Leaf]:
 
 
 def _injected_text(ctx: _Ctx) -> Corruption | None:
-    if not ctx.spec.immutable:
+    targets = ctx.spec.immutable or ctx.spec.injection_targets
+    if not targets:
         return None
-    target_ptr = ctx.spec.immutable[0]
+    target_ptr = targets[0]
     injection = ctx.rng.choice(INJECTIONS).format(target=target_ptr, value='"' + "0" * 6 + '"')
     holders = _free_text(ctx)
     tool_output = None

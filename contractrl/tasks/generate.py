@@ -1,4 +1,4 @@
-"""Seeded case generation over the built-in catalog.
+"""Seeded case generation over a source of valid calls (the built-in catalog, or BFCL data).
 
 Case ``i`` of a run depends only on (seed, i) and the configuration, never on the cases before it,
 so the same seed gives the same cases however the work is split. Corruption families are assigned
@@ -17,9 +17,10 @@ from ..errors import ConfigError
 from ..validators import Verifier, load_contract, normalize_schema
 from ..validators.jsonvalue import canonical_json
 from .cases import ABSTAIN, Case, OfflineCase, PublicCase
-from .catalog import TOOL_FAMILIES, make_sandbox, tools_of
+from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
-from .requests import render_request
+from .requests import REQUEST_STYLES
+from .sources import BUILTIN, SourceCall, make_source, source_families
 from .spec import ToolSpec
 
 MAX_DRAWS = 200
@@ -33,6 +34,8 @@ class GenerateConfig:
     tool_families: tuple[str, ...] = TOOL_FAMILIES
     max_attempts: int = 2
     max_ops: int = 2
+    source: str = BUILTIN  # or bfcl:DIR, jsonschema:DIR
+    request_style: str = "verbatim"  # or paraphrase (tasks/requests.py)
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -40,6 +43,16 @@ class GenerateConfig:
         unknown = set(self.families) - set(CORRUPTION_FAMILIES)
         if unknown:
             raise ConfigError(f"unknown corruption families {sorted(unknown)}; choose from {', '.join(CORRUPTION_FAMILIES)}")
+        if self.request_style not in REQUEST_STYLES:
+            raise ConfigError(f"unknown request style {self.request_style!r}; choose from {', '.join(REQUEST_STYLES)}")
+        if self.request_style != "verbatim" and self.source.startswith("bfcl:"):
+            raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
+        hosted = source_families(self.source)
+        if set(self.families) - set(hosted):
+            raise ConfigError(
+                f"source {self.source!r} cannot host families {sorted(set(self.families) - set(hosted))}; "
+                f"it hosts {', '.join(hosted)}"
+            )
         if not self.families:
             raise ConfigError("at least one corruption family is needed")
         tools_of(self.tool_families)  # validates the names
@@ -52,6 +65,9 @@ class GenerateConfig:
             "tool_families": list(self.tool_families),
             "max_attempts": self.max_attempts,
             "max_ops": self.max_ops,
+            # recorded only when not the default, so earlier built-in case sets stay byte-identical
+            **({"source": self.source} if self.source != BUILTIN else {}),
+            **({"request_style": self.request_style} if self.request_style != "verbatim" else {}),
         }
 
 
@@ -64,39 +80,37 @@ class CaseGenerator:
 
     def __init__(self, config: GenerateConfig) -> None:
         self.config = config
-        self.tools = tools_of(config.tool_families)
-        self._verifiers = {t.name: Verifier.build(t.schema, load_contract(t.contract)) for t in self.tools}
-        self._schema_sha = {t.name: normalize_schema(t.schema).sha256 for t in self.tools}
+        self.source = make_source(config.source, config.tool_families, config.request_style)
+        self._compiled: dict[str, tuple[Verifier, str]] = {}
+
+    def _verifier(self, spec: ToolSpec) -> tuple[Verifier, str]:
+        """The tool's verifier and schema hash, by schema (BFCL reuses names across entries)."""
+        key = canonical_json([spec.name, spec.schema, spec.contract])
+        if key not in self._compiled:
+            verifier = Verifier.build(spec.schema, load_contract(spec.contract))
+            self._compiled[key] = (verifier, normalize_schema(spec.schema).sha256)
+        return self._compiled[key]
 
     def case(self, index: int, reject: Callable[[Case], bool] | None = None) -> Case:
         family = self.config.families[index % len(self.config.families)]
         rng = random.Random(f"case:{self.config.seed}:{index}")
         for draw in range(MAX_DRAWS):
-            spec = rng.choice(self.tools)
-            world_seed = rng.getrandbits(31)
-            args = spec.sample(rng, make_sandbox(spec.family, world_seed))
-            corruption = corrupt(family, spec, self._verifiers[spec.name], args, rng)
+            call = self.source.draw(rng, family)
+            corruption = corrupt(family, call.spec, self._verifier(call.spec)[0], call.args, rng)
             if corruption is None:
                 continue
-            built = self._build(index, draw, spec, world_seed, args, corruption, rng)
+            built = self._build(index, draw, call, corruption, rng)
             if built is not None and (reject is None or not reject(built)):
                 return built
-        raise ConfigError(
-            f"no {family!r} case could be built from tool families {list(self.config.tool_families)} in {MAX_DRAWS} draws"
-        )
+        where = f"tool families {list(self.config.tool_families)}" if self.config.source == BUILTIN else self.config.source
+        raise ConfigError(f"no {family!r} case could be built from {where} in {MAX_DRAWS} draws")
 
-    def _build(
-        self, index: int, draw: int, spec: ToolSpec, world_seed: int, args: dict[str, Any], c: Corruption, rng: random.Random
-    ) -> Case | None:
-        source = c.target if c.target is not None else args
-        request = render_request(spec, source, rng, omit=c.omit, tool_output=c.tool_output)
-        if c.target is None:
-            expected: dict[str, Any] = {"abstain": True}
-        else:
-            outcome = make_sandbox(spec.family, world_seed).execute(spec.name, c.target)
-            if not outcome.ok:
-                return None
-            expected = {"abstain": False, **outcome.to_dict()}
+    def _build(self, index: int, draw: int, call: SourceCall, c: Corruption, rng: random.Random) -> Case | None:
+        spec = call.spec
+        request = self.source.request(call, c, rng)
+        expected = self.source.expected(call, c)
+        if expected is None:
+            return None
         case_id = "c" + _digest(self.config.seed, index, draw, spec.name, c.family)[:15]
         public = PublicCase(
             case_id=case_id,
@@ -104,7 +118,7 @@ class CaseGenerator:
             tool=spec.name,
             tool_family=spec.family,
             schema=spec.schema,
-            schema_sha256=self._schema_sha[spec.name],
+            schema_sha256=self._verifier(spec)[1],
             schema_version=spec.version,
             contract=spec.contract,
             request=request,
@@ -113,7 +127,7 @@ class CaseGenerator:
             immutable=spec.immutable,
             max_attempts=self.config.max_attempts,
             max_ops=max(self.config.max_ops, c.max_ops),
-            world_seed=world_seed,
+            world_seed=call.world_seed,
         )
         if "withheld_value" in c.detail and _leaks(public, c.detail["withheld_value"]):
             return None
@@ -123,7 +137,12 @@ class CaseGenerator:
             target_patch=c.gold_patch if c.gold_patch is not None else ABSTAIN,
             expected=expected,
             cluster="k" + _digest(spec.name, c.target if c.target is not None else [ABSTAIN, c.candidate])[:15],
-            corruption={"family": c.family, **c.detail, **({"schema_version": c.schema_version} if c.schema_version else {})},
+            corruption={
+                "family": c.family,
+                **c.detail,
+                **({"schema_version": c.schema_version} if c.schema_version else {}),
+                **({"request_style": self.config.request_style} if self.config.request_style != "verbatim" else {}),
+            },
         )
         return Case(public, offline)
 

@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ..errors import InputFileError
+from ..validators.jsonvalue import json_equal
+from .bfcl import bfcl_accepts
 from .cases import Case, OfflineCase, PublicCase
 from .catalog import make_sandbox
 from .spec import ExecResult
@@ -39,7 +41,9 @@ def semantic_outcome(public: PublicCase, offline: OfflineCase, dispatched: Any |
 
     An abstention is a success only on a case whose correct action is to abstain; any dispatch on
     such a case is a failure, since it sends a corrupted or invented value. Otherwise the dispatched
-    call is executed in a fresh sandbox and must produce exactly the expected result and side effects.
+    call is executed in a fresh sandbox and must produce exactly the expected result and side effects;
+    a BFCL case has no sandbox, and its call must pass BFCL's acceptance rule over every acceptable
+    value; a JSON Schema corpus case must give back exactly its target object.
     """
     if offline.should_abstain:
         if dispatched is not None:
@@ -47,6 +51,12 @@ def semantic_outcome(public: PublicCase, offline: OfflineCase, dispatched: Any |
         return SemanticOutcome(abstained, "correct abstention" if abstained else "no abstention")
     if dispatched is None:
         return SemanticOutcome(False, "abstained on a repairable case" if abstained else "nothing dispatched")
+    if offline.expected.get("match") == "target":
+        same = json_equal(dispatched, offline.target)
+        return SemanticOutcome(same, "the target object" if same else "differs from the target object")
+    if "bfcl_possible" in offline.expected:
+        accepted, why = bfcl_accepts(dispatched, offline.expected["bfcl_possible"], public.schema)
+        return SemanticOutcome(accepted, f"BFCL: {why}")
     observed = make_sandbox(public.tool_family, public.world_seed).execute(public.tool, dispatched)
     expected = ExecResult.from_dict(offline.expected)
     if observed.same_as(expected):

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import InputFileError
 from ..validators import Budgets, Code, RepairContract, Verifier
 from ..validators.jsonvalue import json_equal
-from .bfcl import BfclEntry, bfcl_accepts, ground_truth_call, load_bfcl
+from .bfcl import BfclEntry, bfcl_accepts, ground_truth_call, load_bfcl_dir
 from .corruptions import retype
 
 SCREEN_NOTE = "protocol check: precomputed single-op patches replayed through the validator; not a learned repair result"
@@ -31,21 +31,6 @@ class ScreenCase:
     candidate: dict[str, Any]
     target: dict[str, Any]
     patch: list[dict[str, Any]]
-
-
-def load_bfcl_dir(bfcl_dir: str | Path) -> list[BfclEntry]:
-    """Every question file in ``bfcl_dir`` that has a possible-answer file, in name order."""
-    folder = Path(bfcl_dir)
-    answers = folder / "possible_answer"
-    if not answers.is_dir():
-        raise InputFileError(f"{folder} has no possible_answer/ folder: not a BFCL data directory")
-    entries: list[BfclEntry] = []
-    for question in sorted(folder.glob("*.json")):
-        if (answers / question.name).is_file():
-            entries.extend(load_bfcl(question, answers / question.name))
-    if not entries:
-        raise InputFileError(f"no BFCL question files with possible answers in {folder}")
-    return entries
 
 
 def build_screen(entries: list[BfclEntry], seed: int = 13, per_family: int = 32) -> list[ScreenCase]:

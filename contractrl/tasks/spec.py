@@ -107,6 +107,8 @@ class ToolSpec:
     immutable: tuple[str, ...] = ()
     version: int = 2
     renamed: tuple[tuple[str, str], ...] = ()
+    # what an injected instruction asks to change when the tool has no immutable path (BFCL tools)
+    injection_targets: tuple[str, ...] = ()
 
     def label(self, key: str) -> str:
         return self.labels.get(key, key.replace("_", " "))

@@ -93,12 +93,18 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Training and held-out cases, generated from the built-in catalog (disjoint by the split audit)."""
+    """Training and held-out cases, generated from one source (disjoint by the split audit)."""
 
+    source: str = setting("builtin", help="where valid calls come from: builtin, bfcl:DIR or jsonschema:DIR (docs/cases.md)")
+    request_style: Literal["verbatim", "paraphrase"] = setting(
+        "verbatim", help="how requests state values: JSON to copy, or words to understand (docs/cases.md)"
+    )
     seed: int = setting(0, help="case generation seed (held-out cases use a seed derived from it)")
     train_cases: int = setting(256, help="training cases (SFT demonstrations and GRPO prompts)")
     eval_cases: int = setting(52, help="held-out cases, disjoint from training by the split audit (4 per family)")
-    families: tuple[str, ...] = setting(CORRUPTION_FAMILIES, help="corruption families to draw cases from")
+    families: tuple[str, ...] = setting(
+        CORRUPTION_FAMILIES, help="corruption families to draw cases from (those the source can host)"
+    )
     tool_families: tuple[str, ...] = setting(TOOL_FAMILIES, help="tool families of the built-in catalog to draw from")
     max_attempts: int = setting(2, help="attempt budget B of every episode")
     max_ops: int = setting(2, help="operation budget K of every episode")
@@ -109,6 +115,11 @@ class DataConfig:
     )
 
     def __post_init__(self) -> None:
+        kind, _, folder = self.source.partition(":")
+        check(
+            self.source == "builtin" or (kind in ("bfcl", "jsonschema") and bool(folder)),
+            f"data.source: unknown case source {self.source!r}; use builtin, bfcl:DIR or jsonschema:DIR",
+        )
         unknown = sorted(set(self.disjoint) - set(UNITS))
         check(not unknown, f"data.disjoint: unknown audit units {unknown}; choose from {', '.join(UNITS)}")
         check(self.train_cases >= 1, f"data.train_cases must be >= 1, got {self.train_cases}")

@@ -30,6 +30,7 @@ from ..tasks.cases import Case
 from ..tasks.demonstrations import demonstrations
 from ..tasks.generate import GenerateConfig, generate_cases
 from ..tasks.offline import read_cases
+from ..tasks.sources import source_families
 from ..tasks.store import MANIFEST_FILE, write_case_set
 from ..validators.jsonvalue import sha256_json
 from .config import DataConfig, TrainConfig
@@ -81,8 +82,11 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
     train_dir, eval_dir = out / "cases" / "train", out / "cases" / "eval"
     if (train_dir / MANIFEST_FILE).is_file() and (eval_dir / MANIFEST_FILE).is_file():
         return read_cases(train_dir), read_cases(eval_dir)
+    hosted = source_families(data.source)
     common = {
-        "families": data.families,
+        "source": data.source,
+        "request_style": data.request_style,
+        "families": tuple(f for f in data.families if f in hosted),  # BFCL hosts no immutable_field
         "tool_families": data.tool_families,
         "max_attempts": data.max_attempts,
         "max_ops": data.max_ops,

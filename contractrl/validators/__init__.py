@@ -9,7 +9,7 @@ from .attempts import AttemptClass, classify_attempt
 from .codes import Code
 from .collateral import changed_leaves, collateral_edits
 from .contracts import ContractSet, load_contract
-from .dialects import NormalizedSchema, SchemaLimits, detect_dialect, normalize_schema
+from .dialects import NormalizedSchema, SchemaLimits, detect_dialect, normalize_schema, tool_schema
 from .patch import AbstainAction, InvalidAction, PatchAction, PatchOp, RefusalAction, parse_action
 from .report import VerifierError, VerifierReport
 from .schema import BACKENDS, CompiledSchema, compile_schema
@@ -52,4 +52,5 @@ __all__ = [
     "parse_action",
     "parse_json_text",
     "parse_response",
+    "tool_schema",
 ]

@@ -7,6 +7,23 @@ validator does not understand, which is the opposite of fail-closed. So every ke
 known: an unknown keyword, an unknown ``format``, a remote or dangling ``$ref`` or a ``$ref`` loop
 is a :class:`SchemaCompileError` unless ``lenient`` is set, in which case it is dropped and the
 drop is recorded in ``notes``.
+
+Real tool schemas also carry what is not JSON Schema but has a defined meaning, and strict mode
+takes it rather than refuse schemas people actually have:
+- ``x-*`` keys are vendor annotations by definition (OpenAPI, Kubernetes): removed, noted;
+- OpenAPI's annotation keywords ``example``, ``externalDocs`` and ``xml``, and Snowplow's root
+  ``self`` header when it has exactly the header's four string fields: removed, noted;
+- OpenAPI formats become the standard keywords that mean the same, so every backend checks them
+  alike: ``int32``/``int64`` integer ranges, ``float`` the float32 range, ``byte`` a base64 pattern
+  (RFC 4648), ``double`` nothing beyond JSON's finite numbers; ``binary`` and ``password`` assert
+  nothing about a value (octets; a UI hint) and are annotations while they are in
+  ``annotation_formats`` (pass an empty set to refuse them);
+- a tool *definition* is read for its schema: MCP (``inputSchema``), OpenAI function calling
+  (``parameters``, bare or under ``{"type": "function", "function": ...}``) and Anthropic
+  (``input_schema``).
+
+Every other unknown keyword still refuses: a misspelt ``minValue`` or a vendor's ``_format`` may
+be meant as a constraint, and ignoring it would let values through that its author refuses.
 """
 
 from __future__ import annotations
@@ -30,6 +47,21 @@ KNOWN_FORMATS = frozenset(
         "json-pointer", "relative-json-pointer", "regex",
     }
 )  # fmt: skip
+
+# OpenAPI 3 data-type formats (https://spec.openapis.org/oas/v3.1.0#data-types), as standard keywords
+_FLOAT32_MAX = 3.4028234663852886e38
+OPENAPI_FORMATS: dict[str, dict[str, Any]] = {
+    "int32": {"minimum": -(2**31), "maximum": 2**31 - 1},
+    "int64": {"minimum": -(2**63), "maximum": 2**63 - 1},
+    "float": {"minimum": -_FLOAT32_MAX, "maximum": _FLOAT32_MAX},
+    "double": {},  # every finite JSON number is a double; the parser refuses the rest
+    "byte": {"pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"},
+}
+# formats that say nothing about a value; read as annotations unless the caller refuses them
+ANNOTATION_FORMATS = frozenset({"binary", "password"})
+_OPENAPI_ANNOTATIONS = frozenset({"example", "externalDocs", "xml"})
+# tool definitions: (key that marks one, key of its schema)
+_TOOL_WRAPPERS = (("inputSchema", "MCP tool"), ("input_schema", "Anthropic tool"), ("parameters", "OpenAI function"))
 
 _SCHEMA_VALUED = frozenset(
     {"additionalProperties", "additionalItems", "contains", "propertyNames", "not", "if", "then", "else",
@@ -108,10 +140,45 @@ def _uses_bfcl_types(node: Any, depth: int) -> bool:
     return any(_uses_bfcl_types(child, depth + 1) for child in children)
 
 
+def _is_iglu_header(value: Any) -> bool:
+    """Snowplow's ``self`` names the schema (vendor, name, format, version) and constrains nothing."""
+    fields = {"vendor", "name", "format", "version"}
+    return isinstance(value, dict) and set(value) == fields and all(isinstance(v, str) for v in value.values())
+
+
+def tool_schema(document: Any) -> tuple[Any, str | None]:
+    """The JSON Schema inside a tool definition, and what kind of definition it was (None: a schema).
+
+    A JSON Schema never has ``inputSchema``, ``input_schema`` or ``parameters`` beside a ``name``
+    (strict mode would refuse them as unknown keywords), so reading them as a wrapper takes nothing
+    a schema could have meant.
+    """
+    if not isinstance(document, dict):
+        return document, None
+    if document.get("type") == "function" and isinstance(document.get("function"), dict):
+        document = document["function"]  # OpenAI chat-completions tools
+    if not isinstance(document.get("name"), str):
+        return document, None
+    for key, kind in _TOOL_WRAPPERS:
+        if key in document:
+            inner = document[key]
+            if not isinstance(inner, (dict, bool)):
+                raise SchemaCompileError(f"the {kind} {document['name']!r} has a {key!r} that is not a schema", f"/{key}")
+            return inner, f"{kind} {document['name']!r}"
+    return document, None
+
+
 def normalize_schema(
-    schema: Any, *, dialect: str | None = None, lenient: bool = False, limits: SchemaLimits = SchemaLimits()
+    schema: Any,
+    *,
+    dialect: str | None = None,
+    lenient: bool = False,
+    limits: SchemaLimits = SchemaLimits(),
+    annotation_formats: frozenset[str] = ANNOTATION_FORMATS,
 ) -> NormalizedSchema:
-    """Rewrite ``schema`` into Draft 2020-12, failing closed on anything not understood."""
+    """Rewrite ``schema`` (or a tool definition's) into Draft 2020-12, failing closed on anything
+    not understood."""
+    schema, wrapper = tool_schema(schema)
     if not isinstance(schema, (dict, bool)):
         raise SchemaCompileError(f"a schema must be an object or a boolean, got {json_type_name(schema)}")
     try:
@@ -121,7 +188,9 @@ def normalize_schema(
     if size > limits.max_bytes:
         raise SchemaCompileError(f"schema is {size} bytes, over the limit of {limits.max_bytes}")
     source = dialect or detect_dialect(schema)
-    normalizer = _Normalizer(source, lenient, limits)
+    normalizer = _Normalizer(source, lenient, limits, annotation_formats)
+    if wrapper is not None:
+        normalizer.notes.append(f"/: the schema of the {wrapper}")
     out = normalizer.node(schema, "", 0)
     for ref, where in normalizer.refs:  # a reference must name something in the schema as written
         if ref != "#" and resolve(schema, parse_pointer(_ref_target(ref, where)), _NOTHING) is _NOTHING:
@@ -133,11 +202,13 @@ def normalize_schema(
 
 
 class _Normalizer:
-    def __init__(self, dialect: str, lenient: bool, limits: SchemaLimits) -> None:
+    def __init__(self, dialect: str, lenient: bool, limits: SchemaLimits, annotation_formats: frozenset[str]) -> None:
         self.dialect = dialect
         self.lenient = lenient
         self.limits = limits
+        self.annotation_formats = annotation_formats
         self.notes: list[str] = []
+        self.implied: dict[str, dict[str, Any]] = {}  # node pointer -> keywords an OpenAPI format means
         self.nodes = 0
         self.refs: list[tuple[str, str]] = []  # (source $ref, where): checked against the source document
 
@@ -163,6 +234,12 @@ class _Normalizer:
         for key, value in schema.items():
             here = f"{ptr}/{escape_token(key)}"
             self.keyword(key, value, here, depth, out, schema)
+        implied = self.implied.pop(ptr, None)
+        if implied:
+            if any(k in out for k in implied) or any(k in out for k in ("exclusiveMinimum", "exclusiveMaximum")):
+                out["allOf"] = [*out.get("allOf", []), implied]  # both hold; neither replaces the other
+            else:
+                out.update(implied)
         if self.dialect == "bfcl":
             self._bfcl_cleanup(out, ptr)
         return out
@@ -205,10 +282,7 @@ class _Normalizer:
         elif key == "type":
             self._type(value, here, out)
         elif key == "format":
-            if isinstance(value, str) and value in KNOWN_FORMATS:
-                out[key] = value
-            else:
-                self.fail(f"unknown format {value!r}", here)
+            self._format(value, here, out)
         elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
             bound = "minimum" if key == "exclusiveMinimum" else "maximum"
             if value and bound in parent:
@@ -231,8 +305,28 @@ class _Normalizer:
             self.notes.append(f"{here}: BFCL 'optional' flag removed (required list is authoritative)")
         elif key in _VALUE_KEYWORDS:
             out[key] = value
+        elif key.startswith("x-"):
+            self.notes.append(f"{here}: vendor extension {key!r} is an annotation (removed)")
+        elif key in _OPENAPI_ANNOTATIONS:
+            self.notes.append(f"{here}: OpenAPI annotation {key!r} (removed)")
+        elif key == "self" and depth == 0 and _is_iglu_header(value):
+            self.notes.append(f"{here}: Iglu self-describing header (annotation, removed)")
         else:
             self.fail(f"unknown keyword {key!r}", here)
+
+    def _format(self, value: Any, here: str, out: dict[str, Any]) -> None:
+        if isinstance(value, str) and value in KNOWN_FORMATS:
+            out["format"] = value
+        elif isinstance(value, str) and value in OPENAPI_FORMATS:
+            implied = dict(OPENAPI_FORMATS[value])
+            if "pattern" in implied:
+                implied["pattern"] = self._pattern(implied["pattern"], here)
+            self.implied.setdefault(here.rsplit("/", 1)[0], {}).update(implied)
+            self.notes.append(f"{here}: OpenAPI format {value!r} checked as {canonical_json(implied)}")
+        elif isinstance(value, str) and value in self.annotation_formats:
+            self.notes.append(f"{here}: format {value!r} asserts nothing about a value (annotation, removed)")
+        else:
+            self.fail(f"unknown format {value!r}", here)
 
     def _type(self, value: Any, here: str, out: dict[str, Any]) -> None:
         names = value if isinstance(value, list) else [value]

@@ -1,0 +1,351 @@
+"""Where the valid calls that cases corrupt come from: the built-in catalog, BFCL data, or a JSON
+Schema corpus.
+
+A source draws one valid call from a seeded RNG, writes the user's request for the (possibly
+corrupted) call, and says what a repair is scored against offline. The built-in catalog samples
+calls from its tools' samplers, writes requests that state every value, and scores a repair by
+executing it in the tool's sandbox. BFCL gives real function documentation, the user's own
+question and ground-truth calls; a repair is scored by BFCL's acceptance rule over every
+acceptable value, kept in the offline half. A JSON Schema corpus gives real schemas and valid
+instances; the request is written from the instance, and a repair must give it back exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import ConfigError, ContractRLError, InputFileError
+from ..io import read_json_file
+from ..validators import Verifier, normalize_schema
+from ..validators.jsonvalue import canonical_json
+from ..validators.pointer import escape_token
+from .bfcl import BfclEntry, ground_truth_call, load_bfcl_dir
+from .catalog import make_sandbox, tools_of
+from .corruptions import CORRUPTION_FAMILIES, Corruption, iter_leaves
+from .requests import REQUEST_STYLES, render_request
+from .spec import ToolSpec
+
+BUILTIN = "builtin"
+# what can be built without a sandbox or schema history: imported tools have no immutable paths
+# (so no immutable_field) and no earlier schema versions (so no stale_schema)
+IMPORTED_FAMILIES: tuple[str, ...] = (
+    "missing_required",
+    "wrong_type",
+    "constraint_violation",
+    "nested_field",
+    "array_element",
+    "multi_field",
+    "ambiguous_pointer",
+    "wrong_pointer",
+    "malformed_feedback",
+    "injected_text",
+    "unrepairable",
+)
+REDACTED = "[not given]"
+
+
+@dataclass(frozen=True)
+class SourceCall:
+    """One valid call a case can be built from, with what its source needs to finish the case."""
+
+    spec: ToolSpec
+    args: dict[str, Any]
+    world_seed: int
+    question: str = ""  # BFCL: the user's own words
+    possible: dict[str, Any] | None = None  # BFCL: every acceptable value, per argument (offline only)
+
+
+class CallSource(Protocol):
+    name: str
+
+    def draw(self, rng: random.Random, family: str) -> SourceCall: ...
+
+    def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str: ...
+
+    def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
+        """The offline expectation of the target, or None when this call cannot be a case."""
+        ...
+
+
+class BuiltinSource:
+    """The built-in catalog: sampled calls, requests that state each value, sandbox outcomes."""
+
+    name = BUILTIN
+
+    def __init__(self, tool_families: tuple[str, ...], style: str = "verbatim") -> None:
+        self.tools = tools_of(tool_families)
+        self.style = style
+
+    def draw(self, rng: random.Random, family: str) -> SourceCall:
+        spec = rng.choice(self.tools)
+        world_seed = rng.getrandbits(31)
+        return SourceCall(spec, spec.sample(rng, make_sandbox(spec.family, world_seed)), world_seed)
+
+    def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str:
+        source = corruption.target if corruption.target is not None else call.args
+        return render_request(call.spec, source, rng, omit=corruption.omit, tool_output=corruption.tool_output, style=self.style)
+
+    def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
+        if corruption.target is None:
+            return {"abstain": True}
+        outcome = make_sandbox(call.spec.family, call.world_seed).execute(call.spec.name, corruption.target)
+        return {"abstain": False, **outcome.to_dict()} if outcome.ok else None
+
+
+class _ImportedSource:
+    """Calls read from data: no sampler, no sandbox, no immutable paths, no schema history."""
+
+    name: str
+
+    def __init__(self, calls: list[SourceCall], skipped: dict[str, int]) -> None:
+        if not calls:
+            raise ConfigError(f"no usable calls in {self.name} (skipped: {skipped})")
+        self.calls = calls
+        self.skipped = skipped
+        self._hosts = {family: [c for c in calls if _can_host(c, family)] for family in IMPORTED_FAMILIES}
+
+    def families(self) -> tuple[str, ...]:
+        """The families some call of this data can host (few BFCL calls have nested objects)."""
+        return tuple(f for f in IMPORTED_FAMILIES if self._hosts[f])
+
+    def draw(self, rng: random.Random, family: str) -> SourceCall:
+        hosts = self._hosts.get(family) or []
+        if not hosts:
+            raise ConfigError(f"no call in {self.name} can host {family!r}; choose from {', '.join(self.families())}")
+        return rng.choice(hosts)
+
+
+def _skip(skipped: dict[str, int], reason: str) -> None:
+    skipped[reason] = skipped.get(reason, 0) + 1
+
+
+def _imported_spec(
+    family: str, name: str, description: str, schema: dict[str, Any], args: dict[str, Any], intro: str
+) -> ToolSpec:
+    required = [k for k in schema.get("required", []) if k in args] or list(args)
+    return ToolSpec(
+        name=name,
+        family=family,  # its sandbox records the call (catalog.IMPORTED_TOOL_FAMILIES)
+        description=description,
+        schema=schema,
+        sample=_no_sampler,
+        intros=(intro,),
+        version=1,
+        injection_targets=tuple(f"/{escape_token(k)}" for k in required[:1]),
+    )
+
+
+def _compiled(raw: Any, dialect: str | None, args: Any, skipped: dict[str, int]) -> dict[str, Any] | None:
+    """The strictly normalised schema, if it compiles and accepts ``args``; else None (counted)."""
+    try:
+        schema = normalize_schema(raw, dialect=dialect).schema
+    except ContractRLError:
+        _skip(skipped, "schema does not compile strictly")
+        return None
+    if not isinstance(schema, dict) or not isinstance(args, dict) or not args:
+        _skip(skipped, "not an object call")
+        return None
+    try:
+        accepted = Verifier.build(schema).verify(args).accepted
+    except ContractRLError:
+        accepted = False
+    if not accepted:
+        _skip(skipped, "target refused by its schema")
+        return None
+    return schema
+
+
+class BfclSource(_ImportedSource):
+    """BFCL question files with possible answers: one candidate call per ground-truth call.
+
+    An entry with several calls gives one call per position, and its request names which call it
+    is. Calls whose schema does not compile strictly, or whose ground truth the schema refuses,
+    are left out and counted in ``skipped``.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.name = f"bfcl:{directory}"
+        calls: list[SourceCall] = []
+        skipped: dict[str, int] = {}
+        for entry in load_bfcl_dir(directory):
+            for index in range(len(entry.ground_truth)):
+                call = self._call(entry, index, skipped)
+                if call is not None:
+                    calls.append(call)
+        super().__init__(calls, skipped)
+
+    @staticmethod
+    def _call(entry: BfclEntry, index: int, skipped: dict[str, int]) -> SourceCall | None:
+        name, args = ground_truth_call(entry, index)
+        try:
+            function = entry.function(name)
+        except KeyError:
+            _skip(skipped, "ground truth names no listed function")
+            return None
+        schema = _compiled(function.parameters, "bfcl", args, skipped)
+        if schema is None:
+            return None
+        count = len(entry.ground_truth)
+        question = entry.user_text
+        if count > 1:
+            question += f"\n\n(Repair call {index + 1} of {count}: {name}.)"
+        spec = _imported_spec("bfcl", name, function.description, schema, args, "")
+        return SourceCall(spec, args, _pool(entry.id, index), question=question, possible=entry.ground_truth[index][name])
+
+    def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str:
+        text = call.question
+        for key in corruption.omit:  # the unrepairable family: the value is taken out of the question
+            text = redact(text, call.args[key])
+        if corruption.tool_output is not None:
+            text += f"\n\nOutput of the previous tool call:\n{corruption.tool_output}"
+        return text
+
+    def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
+        if corruption.target is None:
+            return {"abstain": True}
+        possible = dict(call.possible or {})
+        for key, value in corruption.target.items():
+            if key not in call.args or canonical_json(value) != canonical_json(call.args[key]):
+                # the case's data changed this argument (hostile text inside a value the user gave):
+                # the right repair keeps it as it is, so only the target's value is acceptable
+                possible[key] = [as_possible(value)]
+        return {"abstain": False, "bfcl_possible": possible}
+
+
+class JsonSchemaSource(_ImportedSource):
+    """A JSON Schema corpus (JSONSchemaBench's maskbench form): each valid object instance is a
+    target, its request written from its values like the built-in catalog's, and a repair must
+    give back exactly that object."""
+
+    def __init__(self, directory: str | Path, style: str = "verbatim") -> None:
+        self.name = f"jsonschema:{directory}"
+        self.style = style
+        folder = Path(directory)
+        files = sorted(folder.rglob("*.json")) if folder.is_dir() else []
+        if not files:
+            raise InputFileError(f"no JSON Schema corpus files (*.json with 'schema' and 'tests') under {folder}")
+        calls: list[SourceCall] = []
+        skipped: dict[str, int] = {}
+        for path in files:
+            doc = read_json_file(path, "JSON Schema corpus file")
+            if not isinstance(doc, dict) or "schema" not in doc or not isinstance(doc.get("tests"), list):
+                raise InputFileError(f"{path}: a corpus file needs 'schema' and a 'tests' list")
+            for index, test in enumerate(doc["tests"]):
+                if not (isinstance(test, dict) and test.get("valid") is True):
+                    continue
+                schema = _compiled(doc["schema"], None, test.get("data"), skipped)
+                if schema is None:
+                    continue
+                name = _tool_name(path.relative_to(folder))
+                about = _cut(str(schema.get("description") or schema.get("title") or ""))
+                intro = f"Please call {name}" + (f" ({about})" if about else "") + ":"
+                spec = _imported_spec("jsonschema", name, str(schema.get("description", "")), schema, test["data"], intro)
+                calls.append(SourceCall(spec, test["data"], _pool(name, index)))
+        super().__init__(calls, skipped)
+
+    def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str:
+        source = corruption.target if corruption.target is not None else call.args
+        return render_request(call.spec, source, rng, omit=corruption.omit, tool_output=corruption.tool_output, style=self.style)
+
+    def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
+        if corruption.target is None:
+            return {"abstain": True}
+        return {"abstain": False, "match": "target"}
+
+
+def _tool_name(relative: Path) -> str:
+    """A tool name from a corpus file's path: ``Glaiveai2K/send_email_ba1630aa.json`` -> ``send_email_ba1630aa``."""
+    stem = relative.with_suffix("").as_posix().split("---")[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem.split("/")[-1])
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _pool(*key: Any) -> int:
+    """A candidate-pool seed per source item: cases of one item never straddle a split."""
+    return int(hashlib.sha256(canonical_json(list(key)).encode()).hexdigest()[:7], 16)
+
+
+def as_possible(value: Any) -> Any:
+    """One value in BFCL's possible-answer form, where an object lists alternatives per field."""
+    if isinstance(value, dict):
+        return {k: [as_possible(v)] for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_possible(v) for v in value]
+    return value
+
+
+def _can_host(call: SourceCall, family: str) -> bool:
+    """Whether the call has the shape the family breaks (whether it breaks is seen when drawn)."""
+    leaves = list(iter_leaves(call.spec.schema, call.args))
+    if family in ("nested_field", "ambiguous_pointer"):
+        return any(len(leaf.tokens) >= 2 and not any(t.isdigit() for t in leaf.tokens) for leaf in leaves)
+    if family == "array_element":
+        return any(any(t.isdigit() for t in leaf.tokens) for leaf in leaves)
+    if family == "multi_field":
+        return len(leaves) >= 2
+    return bool(leaves)
+
+
+def _no_sampler(rng: random.Random, sandbox: Any) -> dict[str, Any]:
+    raise ContractRLError("imported calls come from data (ground truth, valid instances), not from a sampler")
+
+
+def redact(text: str, value: Any) -> str:
+    """``text`` with every spelling of ``value`` that a reader could copy replaced by a marker."""
+    forms = {canonical_json(value)}
+    if isinstance(value, str):
+        forms.add(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        forms.update({str(value), f"{value:,}"})
+    for form in sorted(forms, key=len, reverse=True):
+        if form:
+            text = re.sub(re.escape(form), REDACTED, text, flags=re.IGNORECASE)
+    return text
+
+
+def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbatim") -> CallSource:
+    """``builtin``, ``bfcl:DIR`` or ``jsonschema:DIR``; ``style`` is how ContractRL writes requests
+    (BFCL requests are the users' own words, so only ``verbatim`` applies there)."""
+    if style not in REQUEST_STYLES:
+        raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
+    kind, _, directory = spec.partition(":")
+    if spec == BUILTIN:
+        return BuiltinSource(tool_families, style)
+    if kind == "jsonschema" and directory:
+        return JsonSchemaSource(directory, style)
+    if kind == "bfcl" and directory:
+        if style != "verbatim":
+            raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
+        return BfclSource(directory)
+    raise ConfigError(f"unknown case source {spec!r}; use builtin, bfcl:DIR or jsonschema:DIR")
+
+
+def source_families(spec: str) -> tuple[str, ...]:
+    """The corruption families a source can host: for data, those its calls have the shape for."""
+    if spec == BUILTIN:
+        return CORRUPTION_FAMILIES
+    source = make_source(spec, ())
+    return source.families() if isinstance(source, _ImportedSource) else CORRUPTION_FAMILIES
+
+
+__all__ = [
+    "BUILTIN",
+    "IMPORTED_FAMILIES",
+    "BfclSource",
+    "BuiltinSource",
+    "CallSource",
+    "JsonSchemaSource",
+    "SourceCall",
+    "make_source",
+    "redact",
+    "source_families",
+]

@@ -197,3 +197,31 @@ def test_previous_schema_compiles(spec: ToolSpec) -> None:
         check = Verifier.build(previous, backend=backend)
         assert check.verify(old_args).accepted
         assert not check.verify(args).accepted
+
+
+def _world(box: Any) -> Any:
+    """Everything a sandbox holds, as comparable data (SQLite databases as their full dumps)."""
+    if hasattr(box, "databases"):
+        return {db_id: list(conn.iterdump()) for db_id, conn in box.databases.items()}
+    return copy.deepcopy(vars(box))
+
+
+def test_dispatches_get_copies_of_one_built_world_and_never_see_each_others_writes() -> None:
+    """make_sandbox copies a world built once per (family, seed); a copy must equal a world built
+    from the seed again, and a write to one copy must reach neither the built world nor a later copy."""
+    from contractrl.tasks.catalog import _SANDBOXES
+
+    wrote = set()
+    for spec in TOOLS:
+        for seed in SEEDS[:3]:
+            _, args = sample(spec.name, seed)
+            built = _world(_SANDBOXES[spec.family](seed))
+            first = make_sandbox(spec.family, seed)
+            assert _world(first) == built  # a copy is the world the seed builds
+            result = first.execute(spec.name, copy.deepcopy(args))
+            if _world(first) != built:
+                wrote.add(spec.name)
+            second = make_sandbox(spec.family, seed)
+            assert _world(second) == built, spec.name  # the write stayed in `first`
+            assert second.execute(spec.name, copy.deepcopy(args)).to_dict() == result.to_dict()
+    assert len(wrote) >= 12 and not wrote & READS, sorted(wrote)  # the check saw real writes

@@ -7,7 +7,7 @@ sandbox records the call, and their cases are scored offline by the source's own
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from ..errors import ConfigError
@@ -34,6 +34,9 @@ class RecordingSandbox:
 
     def execute(self, tool: str, args: dict[str, Any]) -> ExecResult:
         return ExecResult(True, {"tool": tool, "arguments": args})
+
+    def clone(self) -> RecordingSandbox:
+        return RecordingSandbox(self.seed)
 
 
 IMPORTED_TOOL_FAMILIES: tuple[str, ...] = ("bfcl", "jsonschema")
@@ -64,8 +67,19 @@ def get_tool(name: str) -> ToolSpec:
     raise ConfigError(f"unknown tool {name!r}")
 
 
+# built worlds kept per process; every dispatch gets a copy, so no episode sees another's writes
+WORLD_CACHE_SIZE = 256
+
+
+@lru_cache(maxsize=WORLD_CACHE_SIZE)
+def _built_world(family: str, seed: int) -> Sandbox:
+    return _SANDBOXES[family](seed)
+
+
 def make_sandbox(family: str, seed: int) -> Sandbox:
-    """A fresh sandbox of ``family`` in the state ``seed`` determines."""
+    """A fresh sandbox of ``family`` in the state ``seed`` determines: a copy of the world built
+    once per process and seed (building it is most of a dispatch's cost: an SQLite database per
+    database call), identical to building it again."""
     if family not in _SANDBOXES:
         raise ConfigError(f"unknown tool family {family!r}")
-    return _SANDBOXES[family](seed)
+    return _built_world(family, seed).clone()

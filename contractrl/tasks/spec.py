@@ -82,9 +82,13 @@ def run_handler(
 
 
 class Sandbox(Protocol):
-    """An in-memory world for one tool family, rebuilt from a seed for every execution."""
+    """An in-memory world for one tool family, built from a seed; every execution gets a clone."""
 
     def execute(self, tool: str, args: dict[str, Any]) -> ExecResult: ...
+
+    def clone(self) -> Sandbox:
+        """An independent copy in the same state: writes to either never reach the other."""
+        ...
 
 
 @dataclass(frozen=True)

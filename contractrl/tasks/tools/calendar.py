@@ -6,14 +6,14 @@ import random
 from typing import Any
 
 from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
-from .common import email, hex_id, id_schema, iso_date, iso_datetime, obj, parse_iso, stable_id, words
+from .common import CopiedState, email, hex_id, id_schema, iso_date, iso_datetime, obj, parse_iso, stable_id, words
 
 WEEKDAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 VISIBILITY = ["public", "private", "busy"]
 METHODS = ["email", "popup", "sms"]
 
 
-class CalendarSandbox:
+class CalendarSandbox(CopiedState):
     """Two calendars with a few events each, rebuilt identically from a seed."""
 
     def __init__(self, seed: int) -> None:

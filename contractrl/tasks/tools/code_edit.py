@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
-from .common import WORDS, hex_id, id_schema, obj, stable_id, words
+from .common import WORDS, CopiedState, hex_id, id_schema, obj, stable_id, words
 from .files import PATH, clean_path, split_lines
 
 VERBS = ("load", "check", "compute", "format", "merge", "parse", "render", "score")
@@ -55,7 +55,7 @@ def _module(rng: random.Random, noun: str) -> tuple[str, str]:
     return "\n\n".join(src), "\n\n".join(tests)
 
 
-class CodeEditSandbox:
+class CodeEditSandbox(CopiedState):
     """One or two repositories with a root commit and two branches with uncommitted work."""
 
     def __init__(self, seed: int) -> None:

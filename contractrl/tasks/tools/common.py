@@ -2,12 +2,46 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 from datetime import date, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from ...validators.jsonvalue import canonical_json
+
+_State = TypeVar("_State", bound="CopiedState")
+
+
+class CopiedState:
+    """A sandbox whose whole state is plain Python data: a clone is a structural copy of it.
+
+    Building a world from its seed draws every value again; copying one already built is several
+    times cheaper, and the catalog keeps one built world per (family, seed) to copy from.
+    """
+
+    def clone(self: _State) -> _State:
+        new = object.__new__(type(self))
+        new.__dict__.update(copy_plain(self.__dict__))
+        return new
+
+
+def copy_plain(value: Any) -> Any:
+    """A structural copy of dicts, lists and sets of immutable leaves (5-10x faster than
+    ``copy.deepcopy``, which also handles what a sandbox never holds)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: copy_plain(v) for k, v in value.items()}
+    if kind is list:
+        return [copy_plain(v) for v in value]
+    if kind is set:
+        return set(value)  # set members are hashable, so immutable
+    if kind is tuple:
+        return tuple(copy_plain(v) for v in value)
+    if kind in (str, int, float, bool, type(None)):
+        return value
+    return copy.deepcopy(value)
+
 
 EPOCH = datetime(2026, 1, 5, tzinfo=timezone.utc)
 FIRST_NAMES = ("ana", "li", "omar", "sofia", "kenji", "maya", "ivan", "zoe", "ravi", "elena", "tom", "nina")

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
-from .common import WORDS, email, hex_id, id_schema, obj, words
+from .common import WORDS, CopiedState, email, hex_id, id_schema, obj, words
 
 ENCODINGS = ["utf-8", "ascii", "latin-1"]
 MODES = ["overwrite", "append", "create"]
@@ -110,7 +110,7 @@ def compile_search_regex(pattern: str, case_sensitive: bool) -> re.Pattern[str]:
     return compiled
 
 
-class FilesSandbox:
+class FilesSandbox(CopiedState):
     """One or two workspaces of a few directories and text files, rebuilt identically from a seed."""
 
     def __init__(self, seed: int) -> None:

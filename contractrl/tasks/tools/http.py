@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from ...validators.jsonvalue import canonical_json, deep_copy
 from ..spec import ExecResult, SandboxError, ToolSpec, run_handler
-from .common import DOMAINS, FIRST_NAMES, WORDS, email, hex_id, id_schema, iso_datetime, obj, stable_id, words
+from .common import DOMAINS, FIRST_NAMES, WORDS, CopiedState, email, hex_id, id_schema, iso_datetime, obj, stable_id, words
 
 SERVICES = ["billing", "inventory", "users"]
 CURRENCIES = ["EUR", "GBP", "USD"]
@@ -102,7 +102,7 @@ def check_target(url: Any) -> str:
     return url
 
 
-class HttpSandbox:
+class HttpSandbox(CopiedState):
     """Two accounts behind a simulated HTTP API, rebuilt identically from a seed."""
 
     def __init__(self, seed: int) -> None:

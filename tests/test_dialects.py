@@ -112,6 +112,9 @@ def test_unknown_dialect_uri_is_refused() -> None:
         ({"self": {"vendor": "v", "name": "n", "format": "jsonschema", "version": 1}}, "unknown keyword 'self'"),
         ({"properties": {"a": {"self": {"vendor": "v", "name": "n", "format": "f", "version": "1"}}}}, "unknown keyword 'self'"),
         ({"name": "f", "inputSchema": "object"}, "'inputSchema' that is not a schema"),
+        # a schema whose own keywords sit beside a definition's: neither is silently dropped
+        ({"name": "f", "parameters": {}, "type": "object", "required": ["a"]}, "keys a tool definition does not"),
+        ({"name": "f", "inputSchema": {}, "properties": {"a": {"type": "string"}}}, "keys a tool definition does not"),
         ({"$ref": "https://example.com/schema.json"}, "only local"),
         ({"$ref": "#/$defs/missing"}, "resolves to nothing"),
         ({"type": "strnig"}, "unknown type"),

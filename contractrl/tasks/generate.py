@@ -1,4 +1,5 @@
-"""Seeded case generation over a source of valid calls (the built-in catalog, or BFCL data).
+"""Seeded case generation over a source of valid calls (the built-in catalog, BFCL data or a JSON
+Schema corpus: tasks/sources.py).
 
 Case ``i`` of a run depends only on (seed, i) and the configuration, never on the cases before it,
 so the same seed gives the same cases however the work is split. Corruption families are assigned

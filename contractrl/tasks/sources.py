@@ -16,6 +16,7 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,19 +34,7 @@ from .spec import ToolSpec
 BUILTIN = "builtin"
 # what can be built without a sandbox or schema history: imported tools have no immutable paths
 # (so no immutable_field) and no earlier schema versions (so no stale_schema)
-IMPORTED_FAMILIES: tuple[str, ...] = (
-    "missing_required",
-    "wrong_type",
-    "constraint_violation",
-    "nested_field",
-    "array_element",
-    "multi_field",
-    "ambiguous_pointer",
-    "wrong_pointer",
-    "malformed_feedback",
-    "injected_text",
-    "unrepairable",
-)
+IMPORTED_FAMILIES: tuple[str, ...] = tuple(f for f in CORRUPTION_FAMILIES if f not in ("stale_schema", "immutable_field"))
 REDACTED = "[not given]"
 
 
@@ -87,14 +76,19 @@ class BuiltinSource:
         return SourceCall(spec, spec.sample(rng, make_sandbox(spec.family, world_seed)), world_seed)
 
     def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str:
-        source = corruption.target if corruption.target is not None else call.args
-        return render_request(call.spec, source, rng, omit=corruption.omit, tool_output=corruption.tool_output, style=self.style)
+        return _written_request(call, corruption, rng, self.style)
 
     def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
         if corruption.target is None:
             return {"abstain": True}
         outcome = make_sandbox(call.spec.family, call.world_seed).execute(call.spec.name, corruption.target)
         return {"abstain": False, **outcome.to_dict()} if outcome.ok else None
+
+
+def _written_request(call: SourceCall, corruption: Corruption, rng: random.Random, style: str) -> str:
+    """A request ContractRL writes: every value of the target (or of the call, for an abstention)."""
+    values = corruption.target if corruption.target is not None else call.args
+    return render_request(call.spec, values, rng, omit=corruption.omit, tool_output=corruption.tool_output, style=style)
 
 
 class _ImportedSource:
@@ -249,8 +243,7 @@ class JsonSchemaSource(_ImportedSource):
         super().__init__(calls, skipped)
 
     def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str:
-        source = corruption.target if corruption.target is not None else call.args
-        return render_request(call.spec, source, rng, omit=corruption.omit, tool_output=corruption.tool_output, style=self.style)
+        return _written_request(call, corruption, rng, self.style)
 
     def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
         if corruption.target is None:
@@ -317,16 +310,20 @@ def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbati
     (BFCL requests are the users' own words, so only ``verbatim`` applies there)."""
     if style not in REQUEST_STYLES:
         raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
-    kind, _, directory = spec.partition(":")
     if spec == BUILTIN:
         return BuiltinSource(tool_families, style)
-    if kind == "jsonschema" and directory:
-        return JsonSchemaSource(directory, style)
-    if kind == "bfcl" and directory:
-        if style != "verbatim":
-            raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
-        return BfclSource(directory)
+    kind, _, directory = spec.partition(":")
+    if kind == "bfcl" and directory and style != "verbatim":
+        raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
+    if kind in ("bfcl", "jsonschema") and directory:
+        return _imported(kind, directory, style)
     raise ConfigError(f"unknown case source {spec!r}; use builtin, bfcl:DIR or jsonschema:DIR")
+
+
+@lru_cache(maxsize=8)
+def _imported(kind: str, directory: str, style: str) -> _ImportedSource:
+    """Read once per process: a config check and the generator both ask for the same data."""
+    return BfclSource(directory) if kind == "bfcl" else JsonSchemaSource(directory, style)
 
 
 def source_families(spec: str) -> tuple[str, ...]:

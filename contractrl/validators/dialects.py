@@ -60,8 +60,12 @@ OPENAPI_FORMATS: dict[str, dict[str, Any]] = {
 # formats that say nothing about a value; read as annotations unless the caller refuses them
 ANNOTATION_FORMATS = frozenset({"binary", "password"})
 _OPENAPI_ANNOTATIONS = frozenset({"example", "externalDocs", "xml"})
-# tool definitions: (key that marks one, key of its schema)
+# tool definitions: (key that marks one, key of its schema), and every other key a definition has
 _TOOL_WRAPPERS = (("inputSchema", "MCP tool"), ("input_schema", "Anthropic tool"), ("parameters", "OpenAI function"))
+_TOOL_FIELDS = frozenset(
+    {"name", "title", "description", "inputSchema", "input_schema", "parameters", "outputSchema", "annotations",
+     "strict", "type", "_meta", "cache_control"}
+)  # fmt: skip
 
 _SCHEMA_VALUED = frozenset(
     {"additionalProperties", "additionalItems", "contains", "propertyNames", "not", "if", "then", "else",
@@ -164,6 +168,12 @@ def tool_schema(document: Any) -> tuple[Any, str | None]:
             inner = document[key]
             if not isinstance(inner, (dict, bool)):
                 raise SchemaCompileError(f"the {kind} {document['name']!r} has a {key!r} that is not a schema", f"/{key}")
+            extra = sorted(set(document) - _TOOL_FIELDS)
+            if extra or document.get("type", "function") != "function":
+                # schema keywords beside a definition's fields: which one is the contract? refuse
+                raise SchemaCompileError(
+                    f"{kind} {document['name']!r} also has keys a tool definition does not: {extra or ['type']}", "/"
+                )
             return inner, f"{kind} {document['name']!r}"
     return document, None
 

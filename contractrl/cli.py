@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -186,22 +187,63 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         return lambda feedback: replay
     if spec.startswith("hf:"):
         from .rollout.hf_policy import HFPolicy, SamplingConfig
+        from .rollout.policy_pool import ActorPolicy, PolicySpec
         from .trainer.presets import PRESETS, load_model
 
         preset = spec.removeprefix("hf:")
-        model, tokenizer = load_model(preset if preset in PRESETS else spec)
+        # absolute paths, so an actor whose working directory differs finds (or builds) the same files
+        target = preset if preset in PRESETS else f"hf:{Path(preset).resolve()}" if Path(preset).exists() else spec
+        load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens, temperature=args.temperature, do_sample=args.temperature > 0, seed=args.seed
         )
+        if args.policy_actors < 0 or args.gpus_per_actor < 0:
+            raise ConfigError("--policy-actors and --gpus-per-actor must be >= 0")
+        if args.policy_actors > 0:  # the model loads inside each actor, once
+            return _PolicyPools(
+                lambda feedback: ActorPolicy(
+                    PolicySpec(load, arm, args.mode, feedback, sampling, name=preset),
+                    args.policy_actors,
+                    num_gpus=args.gpus_per_actor,
+                )
+            )
+        model, tokenizer = load()
         return lambda feedback: HFPolicy(
-            model, tokenizer, arm=arm, mode=args.mode, feedback=feedback, sampling=sampling, name=spec.removeprefix("hf:")
+            model, tokenizer, arm=arm, mode=args.mode, feedback=feedback, sampling=sampling, name=preset
         )
     raise ConfigError(f"unknown policy {spec!r}; use replay, heuristic or hf:<name-or-path>")
 
 
-def _policy(args: argparse.Namespace) -> Any:
-    """The policy of a rollout (with the --feedback variant, for hf policies)."""
-    return _policy_factory(args)(args.feedback)
+class _PolicyPools:
+    """feedback variant -> a pool of policy actors, started once per variant and shut down at the end."""
+
+    def __init__(self, make: Callable[[str], Any]) -> None:
+        self.make = make
+        self.made: dict[str, Any] = {}
+
+    def __call__(self, feedback: str) -> Any:
+        if feedback not in self.made:
+            self.made[feedback] = self.make(feedback)
+        return self.made[feedback]
+
+    def shutdown(self) -> None:
+        for policy in self.made.values():
+            policy.shutdown()
+
+
+def _shutdown_policies(factory: Any) -> None:
+    if isinstance(factory, _PolicyPools):
+        factory.shutdown()
+
+
+def _policy_actor_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy-actors",
+        type=int,
+        default=0,
+        help="hf policies: generate on N Ray actors, each holding the model (0 = in this process)",
+    )
+    parser.add_argument("--gpus-per-actor", type=float, default=0.0, help="hf policies: GPUs per policy actor")
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -216,7 +258,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.workers < 0 or args.group < 1:
         raise ConfigError("--workers must be >= 0 and --group >= 1")
     with _library_output_to_stderr():
-        policy = _policy(args)
+        factory = _policy_factory(args)
+        policy = factory(args.feedback)
         ray_pool = RayPool(args.workers) if args.workers > 0 else None
     runner = EpisodeRunner(policy, ray_pool or LocalPool(1), arm=args.arm)
     config = {
@@ -241,6 +284,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         progress.close()
         if ray_pool is not None:
             ray_pool.shutdown()
+        _shutdown_policies(factory)
     _emit({"run_dir": str(args.out), "ledger_sha256": digest, "episodes": len(cases) * args.group})
     return EXIT_OK
 
@@ -307,6 +351,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     finally:
         if isinstance(pool, RayPool):
             pool.shutdown()
+        _shutdown_policies(factory)
     _emit({"study": args.study, "runs": [str(r) for r in runs], "cases": args.cases})
     return EXIT_OK
 
@@ -506,6 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_argument("--temperature", type=float, default=1.0, help="hf policies: sampling temperature")
     rollout.add_argument("--mode", choices=MODES, default="same_information", help="hf policies: which public blocks")
     rollout.add_argument("--feedback", choices=FEEDBACK, default="full", help="hf policies: how much of the typed report")
+    _policy_actor_options(rollout)
     rollout.add_argument("--label", type=_label, action="append", metavar="KEY=VALUE", help="a run label for the report")
     rollout.add_argument("--out", required=True, help="a new run directory")
     rollout.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -525,6 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("--n", type=int, default=64, help="noise and transfer: held-out cases to generate")
     study.add_argument("--max-new-tokens", type=int, default=160, help="hf policies: generation budget per attempt")
     study.add_argument("--temperature", type=float, default=0.0, help="hf policies: 0 = greedy")
+    _policy_actor_options(study)
     study.add_argument("--config", help="transfer: the training config YAML")
     study.add_argument("overrides", nargs="*", metavar="key=value", help="transfer: training config overrides")
     study.add_argument("--no-progress", action="store_true", help="no progress bars")

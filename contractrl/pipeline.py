@@ -22,6 +22,7 @@ and it is the mechanism check, not a learner.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from dataclasses import dataclass
@@ -67,10 +68,14 @@ class WholeObjectConfig:
     enabled: bool = setting(True, help="train and evaluate the whole-object arms")
     sft_steps: int = setting(60, help="SFT steps on gold target objects (the patch arms' SFT budget)")
     max_new_tokens: int = setting(160, help="generation limit per whole object")
+    policy_actors: int = setting(0, help="held-out evaluation on N Ray actors, each holding the model (0 = here)")
+    gpus_per_actor: float = setting(0.0, help="GPUs per policy actor")
 
     def __post_init__(self) -> None:
         check(self.sft_steps >= 1, f"whole_object.sft_steps must be >= 1, got {self.sft_steps}")
         check(self.max_new_tokens >= 8, f"whole_object.max_new_tokens must be >= 8, got {self.max_new_tokens}")
+        check(self.policy_actors >= 0, f"whole_object.policy_actors must be >= 0, got {self.policy_actors}")
+        check(self.gpus_per_actor >= 0, f"whole_object.gpus_per_actor must be >= 0, got {self.gpus_per_actor}")
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def run_main_job(config: MainJobConfig, *, progress: bool = True, log: TextIO = 
 
 
 def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | None, out: Path, progress: bool) -> None:
-    from .rollout.hf_policy import HFPolicy, SamplingConfig
+    from .rollout.hf_policy import SamplingConfig
     from .rollout.policies import HeuristicPolicy, Policy
     from .rollout.runner import LocalPool
     from .tasks.store import read_public
@@ -177,28 +182,24 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
     labels = {"study": "main", "mode": "same_information"}
     model_label = config.train.model.label
     if whole_dir is not None:
+        from .rollout.policy_pool import ActorPolicy, PolicySpec
         from .trainer.presets import load_model
 
-        model, tokenizer = load_model(str(whole_dir))
-        sampling = SamplingConfig(
-            max_new_tokens=config.whole_object.max_new_tokens, do_sample=False, batch_size=config.train.eval.batch_size
+        whole = config.whole_object
+        sampling = SamplingConfig(max_new_tokens=whole.max_new_tokens, do_sample=False, batch_size=config.train.eval.batch_size)
+        load = functools.partial(load_model, str(Path(whole_dir).resolve()))
+        spec = PolicySpec(load, "constrained", sampling=sampling, name=model_label, cpu_bf16=config.train.model.cpu_bf16)
+        policy: Policy = (
+            ActorPolicy(spec, whole.policy_actors, num_gpus=whole.gpus_per_actor) if whole.policy_actors else spec.build()
         )
-
-        def constrained(feedback: str) -> Policy:
-            return HFPolicy(
-                model,
-                tokenizer,
-                arm="constrained",
-                feedback=feedback,
-                sampling=sampling,
-                name=model_label,
-                cpu_bf16=config.train.model.cpu_bf16,
-            )
-
         setup = StudySetup(
-            constrained, pool, arm="constrained", seed=config.train.seed, model=model_label, stage="sft", progress=progress
+            lambda _: policy, pool, arm="constrained", seed=config.train.seed, model=model_label, stage="sft", progress=progress
         )
-        evaluate(setup, cases, out / "constrained", labels)
+        try:
+            evaluate(setup, cases, out / "constrained", labels)
+        finally:
+            if isinstance(policy, ActorPolicy):
+                policy.shutdown()
     if config.references:
         heuristic = StudySetup(lambda _: HeuristicPolicy(), pool, seed=config.train.seed, progress=progress)
         evaluate(heuristic, cases, out / "heuristic", labels)

@@ -89,13 +89,9 @@ class HFPolicy:
 
     def generate(self, observations: Sequence[Observation]) -> list[Generation]:
         """Batches of similar prompt length (less padding), returned in the callers' order."""
-        size = self.sampling.batch_size
-        lengths = [len(canonical_json(o.case.schema)) + len(o.case.request) for o in observations]
-        order = sorted(range(len(observations)), key=lambda i: (lengths[i], i))
         out: list[Generation | None] = [None] * len(observations)
-        for start in range(0, len(order), size):
-            chunk = order[start : start + size]
-            for index, gen in zip(chunk, self._batch([observations[i] for i in chunk]), strict=True):
+        for chunk in plan_batches(observations, self.sampling.batch_size):
+            for index, gen in zip(chunk, self.generate_batch([observations[i] for i in chunk]), strict=True):
                 out[index] = gen
         return [g for g in out if g is not None]
 
@@ -104,7 +100,8 @@ class HFPolicy:
         key = [self.sampling.seed, [(o.case.case_id, o.sample, len(o.state.history)) for o in observations]]
         return int(hashlib.sha256(canonical_json(key).encode()).hexdigest()[:8], 16)
 
-    def _batch(self, observations: Sequence[Observation]) -> list[Generation]:
+    def generate_batch(self, observations: Sequence[Observation]) -> list[Generation]:
+        """One generation call for exactly these observations (a batch of :func:`plan_batches`)."""
         import torch
 
         start = time.perf_counter()
@@ -194,6 +191,17 @@ class HFPolicy:
         return LogitsProcessor(compiled)
 
 
+def plan_batches(observations: Sequence[Observation], size: int) -> list[list[int]]:
+    """Indices of ``observations`` in generation batches of similar prompt length (less padding).
+
+    The plan depends only on the observations, so a pool of policy actors that runs these batches
+    generates exactly what one process does: same batches, same padding, same per-batch seeds.
+    """
+    lengths = [len(canonical_json(o.case.schema)) + len(o.case.request) for o in observations]
+    order = sorted(range(len(observations)), key=lambda i: (lengths[i], i))
+    return [order[start : start + size] for start in range(0, len(order), max(1, size))]
+
+
 def _answer_length(ids: list[int], tok: Any) -> int:
     """Tokens up to and including the end of the answer (EOS, or padding after the row stopped)."""
     for index, token in enumerate(ids):
@@ -204,4 +212,4 @@ def _answer_length(ids: list[int], tok: Any) -> int:
     return len(ids)
 
 
-__all__ = ["HFPolicy", "SamplingConfig", "answer_complete"]
+__all__ = ["HFPolicy", "SamplingConfig", "answer_complete", "plan_batches"]

@@ -89,9 +89,9 @@ _THOUSANDS = re.compile(r"(-?\d+) thousand")
 
 
 def _date_words(year: str, month: str, day: str) -> str | None:
-    m, d = int(month), int(day)
-    if not 1 <= m <= 12 or not 1 <= d <= calendar.monthrange(int(year), m)[1]:
-        return None
+    y, m, d = int(year), int(month), int(day)
+    if y < 1 or not 1 <= m <= 12 or not 1 <= d <= calendar.monthrange(y, m)[1]:
+        return None  # not a calendar date ("0000-01-01", "2026-02-30"): stays JSON
     return f"{_MONTHS[m]} {d}, {year}"
 
 

@@ -89,11 +89,8 @@ class HFPolicy:
 
     def generate(self, observations: Sequence[Observation]) -> list[Generation]:
         """Batches of similar prompt length (less padding), returned in the callers' order."""
-        out: list[Generation | None] = [None] * len(observations)
-        for chunk in plan_batches(observations, self.sampling.batch_size):
-            for index, gen in zip(chunk, self.generate_batch([observations[i] for i in chunk]), strict=True):
-                out[index] = gen
-        return [g for g in out if g is not None]
+        batches = plan_batches(observations, self.sampling.batch_size)
+        return in_callers_order(batches, [self.generate_batch([observations[i] for i in b]) for b in batches])
 
     def _seed(self, observations: Sequence[Observation]) -> int:
         """One seed per batch from the episodes in it, so reruns of the same batch sample the same."""
@@ -202,6 +199,15 @@ def plan_batches(observations: Sequence[Observation], size: int) -> list[list[in
     return [order[start : start + size] for start in range(0, len(order), max(1, size))]
 
 
+def in_callers_order(batches: list[list[int]], generated: Sequence[Sequence[Generation]]) -> list[Generation]:
+    """The generations of planned batches back in the order of the observations they came from."""
+    out: list[Generation | None] = [None] * sum(len(b) for b in batches)
+    for batch, generations in zip(batches, generated, strict=True):
+        for index, generation in zip(batch, generations, strict=True):
+            out[index] = generation
+    return [g for g in out if g is not None]
+
+
 def _answer_length(ids: list[int], tok: Any) -> int:
     """Tokens up to and including the end of the answer (EOS, or padding after the row stopped)."""
     for index, token in enumerate(ids):
@@ -212,4 +218,4 @@ def _answer_length(ids: list[int], tok: Any) -> int:
     return len(ids)
 
 
-__all__ = ["HFPolicy", "SamplingConfig", "answer_complete", "plan_batches"]
+__all__ = ["HFPolicy", "SamplingConfig", "answer_complete", "in_callers_order", "plan_batches"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from .hf_policy import HFPolicy, SamplingConfig, plan_batches
+from .hf_policy import HFPolicy, SamplingConfig, in_callers_order, plan_batches
 from .policies import Generation, Observation
 
 # builds (model, tokenizer) inside the actor's own process: a picklable callable, e.g.
@@ -104,11 +104,7 @@ class ActorPolicy:
             self.actors[n % len(self.actors)].generate_batch.remote([observations[i] for i in batch])
             for n, batch in enumerate(batches)
         ]
-        out: list[Generation | None] = [None] * len(observations)
-        for batch, generations in zip(batches, ray.get(futures), strict=True):
-            for index, generation in zip(batch, generations, strict=True):
-                out[index] = generation
-        return [g for g in out if g is not None]
+        return in_callers_order(batches, ray.get(futures))
 
     def shutdown(self) -> None:
         import ray

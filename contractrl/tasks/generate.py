@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..validators import Verifier, load_contract, normalize_schema
+from ..validators import Verifier, load_contract
 from ..validators.jsonvalue import canonical_json
 from .cases import ABSTAIN, Case, OfflineCase, PublicCase
 from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
-from .requests import REQUEST_STYLES
-from .sources import BUILTIN, SourceCall, make_source, source_families
+from .sources import BUILTIN, SourceCall, check_source, make_source, source_families
 from .spec import ToolSpec
 
 MAX_DRAWS = 200
@@ -44,10 +43,7 @@ class GenerateConfig:
         unknown = set(self.families) - set(CORRUPTION_FAMILIES)
         if unknown:
             raise ConfigError(f"unknown corruption families {sorted(unknown)}; choose from {', '.join(CORRUPTION_FAMILIES)}")
-        if self.request_style not in REQUEST_STYLES:
-            raise ConfigError(f"unknown request style {self.request_style!r}; choose from {', '.join(REQUEST_STYLES)}")
-        if self.request_style != "verbatim" and self.source.startswith("bfcl:"):
-            raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
+        check_source(self.source, self.request_style)
         hosted = source_families(self.source)
         if set(self.families) - set(hosted):
             raise ConfigError(
@@ -89,7 +85,7 @@ class CaseGenerator:
         key = canonical_json([spec.name, spec.schema, spec.contract])
         if key not in self._compiled:
             verifier = Verifier.build(spec.schema, load_contract(spec.contract))
-            self._compiled[key] = (verifier, normalize_schema(spec.schema).sha256)
+            self._compiled[key] = (verifier, verifier.schema.sha256)
         return self._compiled[key]
 
     def case(self, index: int, reject: Callable[[Case], bool] | None = None) -> Case:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from ..errors import ConfigError, ContractRLError, InputFileError
 from ..io import read_json_file
-from ..validators import Verifier, normalize_schema
+from ..validators import Verifier
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import escape_token
 from .bfcl import BfclEntry, ground_truth_call, load_bfcl_dir
@@ -52,6 +52,10 @@ class SourceCall:
 class CallSource(Protocol):
     name: str
 
+    def families(self) -> tuple[str, ...]:
+        """The corruption families this source's calls can host."""
+        ...
+
     def draw(self, rng: random.Random, family: str) -> SourceCall: ...
 
     def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str: ...
@@ -69,6 +73,9 @@ class BuiltinSource:
     def __init__(self, tool_families: tuple[str, ...], style: str = "verbatim") -> None:
         self.tools = tools_of(tool_families)
         self.style = style
+
+    def families(self) -> tuple[str, ...]:
+        return CORRUPTION_FAMILIES
 
     def draw(self, rng: random.Random, family: str) -> SourceCall:
         spec = rng.choice(self.tools)
@@ -137,18 +144,15 @@ def _imported_spec(
 def _compiled(raw: Any, dialect: str | None, args: Any, skipped: dict[str, int]) -> dict[str, Any] | None:
     """The strictly normalised schema, if it compiles and accepts ``args``; else None (counted)."""
     try:
-        schema = normalize_schema(raw, dialect=dialect).schema
+        verifier = Verifier.build(raw, dialect=dialect)
     except ContractRLError:
         _skip(skipped, "schema does not compile strictly")
         return None
+    schema = verifier.schema.normalized.schema
     if not isinstance(schema, dict) or not isinstance(args, dict) or not args:
         _skip(skipped, "not an object call")
         return None
-    try:
-        accepted = Verifier.build(schema).verify(args).accepted
-    except ContractRLError:
-        accepted = False
-    if not accepted:
+    if not verifier.verify(args).accepted:
         _skip(skipped, "target refused by its schema")
         return None
     return schema
@@ -305,19 +309,25 @@ def redact(text: str, value: Any) -> str:
     return text
 
 
+def check_source(spec: str, style: str = "verbatim") -> None:
+    """Refuse a source spec or request style that cannot be read, without reading any data."""
+    if style not in REQUEST_STYLES:
+        raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
+    kind, _, directory = spec.partition(":")
+    if spec != BUILTIN and not (kind in ("bfcl", "jsonschema") and directory):
+        raise ConfigError(f"unknown case source {spec!r}; use builtin, bfcl:DIR or jsonschema:DIR")
+    if kind == "bfcl" and style != "verbatim":
+        raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
+
+
 def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbatim") -> CallSource:
     """``builtin``, ``bfcl:DIR`` or ``jsonschema:DIR``; ``style`` is how ContractRL writes requests
     (BFCL requests are the users' own words, so only ``verbatim`` applies there)."""
-    if style not in REQUEST_STYLES:
-        raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
+    check_source(spec, style)
     if spec == BUILTIN:
         return BuiltinSource(tool_families, style)
     kind, _, directory = spec.partition(":")
-    if kind == "bfcl" and directory and style != "verbatim":
-        raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
-    if kind in ("bfcl", "jsonschema") and directory:
-        return _imported(kind, directory, style)
-    raise ConfigError(f"unknown case source {spec!r}; use builtin, bfcl:DIR or jsonschema:DIR")
+    return _imported(kind, directory, style)
 
 
 @lru_cache(maxsize=8)
@@ -328,10 +338,7 @@ def _imported(kind: str, directory: str, style: str) -> _ImportedSource:
 
 def source_families(spec: str) -> tuple[str, ...]:
     """The corruption families a source can host: for data, those its calls have the shape for."""
-    if spec == BUILTIN:
-        return CORRUPTION_FAMILIES
-    source = make_source(spec, ())
-    return source.families() if isinstance(source, _ImportedSource) else CORRUPTION_FAMILIES
+    return make_source(spec, ()).families()
 
 
 __all__ = [
@@ -342,6 +349,7 @@ __all__ = [
     "CallSource",
     "JsonSchemaSource",
     "SourceCall",
+    "check_source",
     "make_source",
     "redact",
     "source_families",

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..configtree import check, setting
+from ..errors import ConfigError
 from ..tasks.arms import PATCH_ARMS
 from ..tasks.audit import UNITS
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CORRUPTION_FAMILIES
+from ..tasks.sources import check_source
 from .presets import PRESETS
 
 TrainArm = Literal["contractrl", "patch_sft", "full_regen"]
@@ -115,11 +117,10 @@ class DataConfig:
     )
 
     def __post_init__(self) -> None:
-        kind, _, folder = self.source.partition(":")
-        check(
-            self.source == "builtin" or (kind in ("bfcl", "jsonschema") and bool(folder)),
-            f"data.source: unknown case source {self.source!r}; use builtin, bfcl:DIR or jsonschema:DIR",
-        )
+        try:
+            check_source(self.source, self.request_style)
+        except ConfigError as exc:
+            raise ConfigError(f"data.source: {exc}") from exc
         unknown = sorted(set(self.disjoint) - set(UNITS))
         check(not unknown, f"data.disjoint: unknown audit units {unknown}; choose from {', '.join(UNITS)}")
         check(self.train_cases >= 1, f"data.train_cases must be >= 1, got {self.train_cases}")

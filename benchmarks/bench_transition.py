@@ -4,6 +4,9 @@ ours:  RepairContract.step = strict parse -> action mask -> copy-on-write apply 
        cross-field validation (jsonschema-rs) -> collateral edits -> next public state.
 naive: json.loads + jsonpatch.apply_patch + python-jsonschema Draft202012Validator.iter_errors
        (validator compiled once, as a fair baseline).
+floor: the calls any Python-driven transition makes and nothing else: json.loads, a copy of the
+       containers on the written path, one jsonschema-rs verdict. No strictness, no mask, no report,
+       no records: what is left of a transition once its own logic costs nothing.
 
 The workload is BFCL-sized tool calls (5-12 arguments, one nested object or array) with a mix of
 accepted repairs, still-invalid repairs and masked actions. Runs on one core in well under 40 s.
@@ -22,6 +25,7 @@ from typing import Any
 
 import jsonpatch
 import jsonschema
+import jsonschema_rs
 
 from contractrl.validators import Budgets, RepairContract, Verifier
 
@@ -129,6 +133,41 @@ def _naive() -> Callable[[], int]:
     return run
 
 
+def _floor_apply(document: dict[str, Any], op: dict[str, Any]) -> dict[str, Any]:
+    """``op`` (add/replace) written into a copy of the containers on its path; no checks at all."""
+    tokens = op["path"].split("/")[1:]
+    root = node = dict(document)
+    for token in tokens[:-1]:
+        child = node[token] if type(node) is dict else node[int(token)]
+        child = dict(child) if type(child) is dict else list(child)
+        if type(node) is dict:
+            node[token] = child
+        else:
+            node[int(token)] = child
+        node = child
+    if type(node) is dict:
+        node[tokens[-1]] = op["value"]
+    else:
+        node[int(tokens[-1])] = op["value"]
+    return root
+
+
+def _floor() -> Callable[[], int]:
+    validators = [jsonschema_rs.validator_for(s, validate_formats=True, ignore_unknown_formats=False) for s in SCHEMAS]
+    items = [(validators[i], c, json.dumps(p)) for i, c, p in WORKLOAD]
+
+    def run() -> int:
+        accepted = 0
+        for validator, candidate, text in items:
+            patched = candidate
+            for op in json.loads(text):
+                patched = _floor_apply(patched, op)
+            accepted += validator.is_valid(patched)
+        return accepted
+
+    return run
+
+
 def _rate(fn: Callable[[], int], seconds: float) -> tuple[float, int]:
     fn()  # warm caches
     n = 0
@@ -147,11 +186,14 @@ def main() -> None:
     args = parser.parse_args()
     ours_rate, ours_ok = _rate(_ours(), args.seconds)
     naive_rate, naive_ok = _rate(_naive(), args.seconds)
-    if ours_ok != naive_ok:
-        raise SystemExit(f"stacks disagree on the workload: ours accepted {ours_ok}, naive {naive_ok}")
+    floor_rate, floor_ok = _rate(_floor(), args.seconds)
+    if not ours_ok == naive_ok == floor_ok:
+        raise SystemExit(f"stacks disagree on the workload: ours accepted {ours_ok}, naive {naive_ok}, floor {floor_ok}")
     result = {
         "ours_per_s": round(ours_rate),
         "naive_per_s": round(naive_rate),
+        "floor_per_s": round(floor_rate),
+        "floor_ratio_vs_naive": round(floor_rate / naive_rate, 2),
         "ratio_vs_naive": round(ours_rate / naive_rate, 2),
         "accepted_per_round": ours_ok,
         "workload": len(WORKLOAD),

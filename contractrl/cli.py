@@ -211,7 +211,12 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         return lambda feedback: HFPolicy(
             model, tokenizer, arm=arm, mode=args.mode, feedback=feedback, sampling=sampling, name=preset
         )
-    raise ConfigError(f"unknown policy {spec!r}; use replay, heuristic or hf:<name-or-path>")
+    if spec.startswith("selector:"):
+        from .selector.policy import SelectorPolicy
+
+        selector = SelectorPolicy.load(spec.removeprefix("selector:"), arm=arm)
+        return lambda feedback: selector
+    raise ConfigError(f"unknown policy {spec!r}; use replay, heuristic, hf:<name-or-path> or selector:<dir>")
 
 
 class _PolicyPools:
@@ -433,6 +438,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_train_selector(args: argparse.Namespace) -> int:
+    from .configtree import load_config, to_commented_yaml
+    from .selector.config import SelectorConfig
+
+    config = load_config(SelectorConfig, args.config, args.overrides)
+    if args.print_config:
+        sys.stdout.write(to_commented_yaml(config))
+        return EXIT_OK
+    from .selector.train import train_selector
+
+    with _library_output_to_stderr():
+        result = train_selector(config, progress=not args.no_progress)
+    _emit(
+        {
+            "out": result.out,
+            "iterations": result.iterations,
+            "selector_dir": result.selector_dir,
+            "best_iteration": result.best_iteration,
+            "best_eval_semantic_success": result.best_success,
+            "seconds_to_best": round(result.best_wall_s, 1),
+            "metrics": f"{result.out}/metrics.parquet",
+        }
+    )
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .configtree import to_commented_yaml
     from .pipeline import TINY_NOTE, format_summary, load_main_job_config, run_main_job
@@ -542,7 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rollout = sub.add_parser("rollout", help="run repair episodes over a case set into a frozen, hashed ledger")
     rollout.add_argument("--cases", required=True, help="a case set written by `cases generate`")
-    rollout.add_argument("--policy", required=True, help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<name-or-path>")
+    rollout.add_argument(
+        "--policy", required=True, help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<name-or-path> | selector:<dir>"
+    )
     rollout.add_argument("--arm", default="contractrl", choices=ARMS)
     rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
     rollout.add_argument("--group", type=int, default=1, help="episodes per case (G)")
@@ -561,7 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("study", choices=("feedback", "noise", "budget", "horizon", "transfer"))
     study.add_argument("--out", required=True, help="the study's directory (re-running resumes it)")
     study.add_argument(
-        "--policy", default="heuristic", help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<trained model or adapter dir>"
+        "--policy",
+        default="heuristic",
+        help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<trained model or adapter dir> | selector:<dir>",
     )
     study.add_argument("--cases", help="the held-out case set (noise: generated under --out when not given)")
     study.add_argument("--arm", default="contractrl", choices=ARMS)
@@ -615,6 +650,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
+
+    selector = sub.add_parser(
+        "train-selector", help="PPO (RLlib) for a candidate-selection policy, no language model (docs/selector.md)"
+    )
+    selector.add_argument("--config", help="selector config YAML (e.g. tune_configs/selector.yaml); defaults apply without one")
+    selector.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. ppo.iterations=10")
+    selector.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    selector.add_argument("--no-progress", action="store_true", help="no progress bars")
+    selector.set_defaults(func=cmd_train_selector)
 
     tune = sub.add_parser("tune", help="a Ray Tune sweep of training runs (tune_configs/*.yaml)")
     tune.add_argument("--config", required=True, help="sweep YAML: base config, search space, metric")

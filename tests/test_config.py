@@ -151,20 +151,27 @@ def test_override_parsing() -> None:
 
 def test_shipped_configs_load() -> None:
     """Every shipped YAML loads as what it is: a sweep (with every corner trial checked against its
-    base) or a training config."""
+    base), a selector config or a training config."""
     from contractrl.configtree import read_yaml
+    from contractrl.selector.config import SelectorConfig
     from contractrl.trainer.tune import SweepConfig, load_sweep
 
+    selector_configs = {"selector.yaml"}
     kinds = {}
     for path in sorted((ROOT / "tune_configs").glob("*.yaml")):
         if "search" in read_yaml(path):
             sweep, base = load_sweep(path)
             assert isinstance(sweep, SweepConfig) and base
-            kinds[path.name] = "sweep"
+            kinds[path.name] = f"sweep:{sweep.kind}"
+        elif path.name in selector_configs:
+            assert isinstance(load_config(SelectorConfig, path), SelectorConfig)
+            kinds[path.name] = "selector"
         else:
             assert isinstance(load_config(TrainConfig, path), TrainConfig)
             kinds[path.name] = "train"
-    assert kinds["tiny.yaml"] == "train" and list(kinds.values()).count("sweep") >= 4
+    assert kinds["tiny.yaml"] == "train" and kinds["selector.yaml"] == "selector"
+    assert kinds["selector_sweep.yaml"] == "sweep:selector"
+    assert list(kinds.values()).count("sweep:train") >= 4
 
 
 def test_cli_print_config_and_errors(capsys: pytest.CaptureFixture[str]) -> None:

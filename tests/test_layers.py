@@ -15,7 +15,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"tasks"}),
     frozenset({"rollout"}),
     frozenset({"evidence"}),
-    frozenset({"trainer"}),
+    frozenset({"trainer", "selector"}),  # the two trainers: the LM (SFT, GRPO) and the selector (PPO)
     frozenset({"analysis"}),
     frozenset({"experiments"}),
     frozenset({"pipeline"}),

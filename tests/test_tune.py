@@ -88,3 +88,44 @@ wandb_mode: offline
     assert len(runs) == 2 and all((r / "metrics.parquet").is_file() for r in runs)
     assert list((tmp_path / "tune" / "two" / "wandb").rglob("*.wandb")), "no offline W&B files from the Tune callback"
     assert main(["tune", "--config", str(tmp_path / "sweep.yaml"), "--dry-run"]) == 0
+
+
+@pytest.mark.slow
+def test_selector_sweep_on_cpu(tmp_path: Path) -> None:
+    """``kind: selector``: each trial is a PPO run of the candidate-selection policy."""
+    (tmp_path / "base.yaml").write_text(
+        """
+data: {train_cases: 26, eval_cases: 13}
+ppo: {iterations: 2, train_batch: 64, minibatch: 32, epochs: 2}
+eval: {every: 2}
+runners: {env_runners: 0}
+"""
+    )
+    (tmp_path / "sweep.yaml").write_text(
+        f"""
+name: sel
+kind: selector
+base: base.yaml
+out: {tmp_path / "tune"}
+search:
+  model.hidden: {{grid: [8, 16]}}
+wandb_mode: disabled
+"""
+    )
+    sweep, base = load_sweep(tmp_path / "sweep.yaml")
+    assert sweep.kind == "selector"
+    table = pd.read_parquet(run_sweep(sweep, base))
+    assert sorted(table["config/model.hidden"]) == [8, 16]
+    assert table["eval_semantic_success"].between(0, 1).all() and (table["best_iteration"] == 2).all()
+    runs = sorted((tmp_path / "tune" / "sel" / "runs").iterdir())
+    assert len(runs) == 2 and all((r / "selector" / "selector.json").is_file() for r in runs)
+
+
+def test_a_selector_sweep_is_checked_against_the_selector_tree(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("ppo: {iterations: 2}\n")
+    (tmp_path / "sweep.yaml").write_text("kind: selector\nbase: base.yaml\nsearch:\n  ppo.lr: {grid: [0.001, -1.0]}\n")
+    with pytest.raises(ConfigError, match=r"ppo\.lr must be > 0"):
+        load_sweep(tmp_path / "sweep.yaml")
+    (tmp_path / "sweep.yaml").write_text("kind: selector\nbase: base.yaml\nsearch:\n  sft.steps: {grid: [1, 2]}\n")
+    with pytest.raises(ConfigError, match="sft"):
+        load_sweep(tmp_path / "sweep.yaml")

@@ -22,6 +22,8 @@ from .stats import effect_size, mcnemar_exact, paired_bootstrap, seed_spread
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
 REFERENCE_POLICIES = frozenset({"heuristic", "replay"})
+# policies without a language model: never the subject of the paired report about the LM policy
+NON_LM_POLICIES = REFERENCE_POLICIES | {"selector"}
 BINARY = ("schema_valid", "semantic_success")
 CONTINUOUS = ("retries", "generated_tokens", "collateral", "latency_s")
 
@@ -450,9 +452,9 @@ def calibration(frame: pd.DataFrame, thresholds: Sequence[float] = DEFAULT_THRES
 
 
 def subject_system(frame: pd.DataFrame) -> str | None:
-    """The system the paired report is about: the ContractRL arm of a learned policy, preferring
-    the latest stage (GRPO over SFT)."""
-    learned = frame[(frame["arm"] == "contractrl") & ~frame["policy"].isin(REFERENCE_POLICIES)]
+    """The system the paired report is about: the ContractRL arm of a learned language-model policy,
+    preferring the latest stage (GRPO over SFT)."""
+    learned = frame[(frame["arm"] == "contractrl") & ~frame["policy"].isin(NON_LM_POLICIES)]
     if learned.empty:
         learned = frame[frame["arm"] == "contractrl"]
     if learned.empty:

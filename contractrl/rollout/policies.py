@@ -80,7 +80,8 @@ _CLAUSE_START = ("; ", ". ", "- ", "? ", "! ")
 _DECODER = json.JSONDecoder()
 
 
-def _labels(case: PublicCase) -> dict[str, str]:
+def argument_labels(case: PublicCase) -> dict[str, str]:
+    """How the request names each top-level argument (the catalog's labels, else the key in words)."""
     for spec in all_tools():
         if spec.name == case.tool:
             return {key: spec.label(key) for key in case.schema.get("properties", {})}
@@ -166,7 +167,7 @@ class HeuristicPolicy:
 
     def act(self, case: PublicCase, state: PublicState) -> str:
         immutable = tuple(parse_pointer(p) for p in case.immutable)
-        stated = request_values(case.request, _labels(case))
+        stated = request_values(case.request, argument_labels(case))
         ops: dict[str, dict[str, Any]] = {}
         for error in state.report.errors:
             try:

@@ -10,10 +10,12 @@ A sweep file names a base training config and the keys to search::
     metric: eval_semantic_success
     mode: max
 
-Every trial's config is validated before the sweep starts (each grid value, each distribution's
-bounds). Each trial reserves its learner and worker resources as one placement group, so a trial
-never starts without room for all its actors. Results go to ``<out>/trials.parquet``, one row per
-trial with its config and final metrics, and to W&B through Tune's callback.
+``kind: selector`` sweeps ``contractrl train-selector`` runs instead (the base is then a selector
+config; see ``tune_configs/selector_sweep.yaml``). Every trial's config is validated before the
+sweep starts (each grid value, each distribution's bounds). Each trial reserves its learner and
+worker resources as one placement group, so a trial never starts without room for all its actors.
+Results go to ``<out>/trials.parquet``, one row per trial with its config and final metrics, and
+to W&B through Tune's callback.
 """
 
 from __future__ import annotations
@@ -33,9 +35,22 @@ SPACES = ("grid", "choice", "uniform", "loguniform", "randint")
 TRIALS_FILE = "trials.parquet"
 
 
+SweepKind = Literal["train", "selector"]
+
+
+def trial_config_class(kind: str) -> type[Any]:
+    """The config tree a trial of this sweep kind is validated against."""
+    if kind == "selector":
+        from ..selector.config import SelectorConfig
+
+        return SelectorConfig
+    return TrainConfig
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     base: str
+    kind: SweepKind = "train"
     name: str = "sweep"
     out: str = "runs/tune"
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -76,7 +91,7 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     base = merge(read_yaml(base_path), nest(sweep.overrides))
     for values in _corner_cases(sweep.search):
         try:
-            from_dict(TrainConfig, merge(base, nest(values)))
+            from_dict(trial_config_class(sweep.kind), merge(base, nest(values)))
         except ConfigError as exc:
             raise ConfigError(f"sweep {sweep_path}: a trial with {values} has an invalid config: {exc}") from exc
     return sweep, base
@@ -112,8 +127,12 @@ def _space(space: Mapping[str, Any]) -> Any:
     }[kind]()
 
 
-def trial_resources(config: TrainConfig) -> list[dict[str, float]]:
-    """The placement-group bundles of one trial: the trial's driver, learner ranks, generator, workers."""
+def trial_resources(config: Any) -> list[dict[str, float]]:
+    """The placement-group bundles of one trial: the trial's driver, learner ranks, generator, workers
+    (for a selector: the driver, which also learns, and its env runners)."""
+    if not isinstance(config, TrainConfig):
+        runners = config.runners
+        return [{"CPU": 1.0}, *({"CPU": runners.cpus_per_runner} for _ in range(runners.env_runners))]
     res = config.resources
     bundles: list[dict[str, float]] = [{"CPU": 0.01}]  # the trial driver itself barely computes
     for _ in range(res.num_learners):
@@ -124,7 +143,7 @@ def trial_resources(config: TrainConfig) -> list[dict[str, float]]:
     return [{k: v for k, v in b.items() if v > 0} or {"CPU": 0.01} for b in bundles]
 
 
-def _trial(params: dict[str, Any], *, base: dict[str, Any], out: str, metric: str) -> None:
+def _trial(params: dict[str, Any], *, base: dict[str, Any], out: str, metric: str, kind: str = "train") -> None:
     """One Tune trial: a full training run whose step rows are reported to Tune as they happen."""
     from ray import tune
 
@@ -133,14 +152,22 @@ def _trial(params: dict[str, Any], *, base: dict[str, Any], out: str, metric: st
     context = tune.get_context()
     data = merge(base, nest(params))
     data = merge(data, {"out": str(Path(out) / context.get_trial_name()), "wandb": {"mode": "disabled"}})
-    config = from_dict(TrainConfig, data)
+    config = from_dict(trial_config_class(kind), data)
     # Tune wants the sweep's metric in every report; until the held-out evaluation exists it is NaN
     last: dict[str, Any] = {metric: float("nan")}
 
     def report(row: dict[str, Any]) -> None:
         last.update({k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        if kind == "selector" and row.get("semantic_success") == row.get("semantic_success"):  # not NaN
+            last["eval_semantic_success"] = row["semantic_success"]
         tune.report(dict(last))
 
+    if kind == "selector":
+        from ..selector.train import train_selector
+
+        selected = train_selector(config, report=report, progress=False)
+        tune.report({**last, "eval_semantic_success": selected.best_success, "best_iteration": selected.best_iteration})
+        return
     result = train(config, report=report, progress=False)
     final = dict(last)
     for stage, summary in result.evals.items():
@@ -159,10 +186,12 @@ def run_sweep(sweep: SweepConfig, base: dict[str, Any]) -> Path:
     ensure_ray()
     out = Path(sweep.out).resolve() / sweep.name
     out.mkdir(parents=True, exist_ok=True)
-    base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
-    sample = from_dict(TrainConfig, merge(base, nest(_corner_cases(sweep.search)[0])))
+    config_class = trial_config_class(sweep.kind)
+    if config_class is TrainConfig:
+        base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
+    sample = from_dict(config_class, merge(base, nest(_corner_cases(sweep.search)[0])))
     trainable = tune.with_resources(
-        tune.with_parameters(_trial, base=base, out=str(out / "runs"), metric=sweep.metric),
+        tune.with_parameters(_trial, base=base, out=str(out / "runs"), metric=sweep.metric, kind=sweep.kind),
         tune.PlacementGroupFactory(trial_resources(sample), strategy="PACK"),
     )
     callbacks = []

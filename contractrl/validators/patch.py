@@ -96,9 +96,10 @@ def parse_op(raw: Any, index: int, allowed_ops: frozenset[str]) -> PatchOp | tup
     from_text: str | None = None
     from_tokens: Tokens | None = None
     if op in _NEEDS_FROM:
-        from_text = raw.get("from")
-        if not isinstance(from_text, str):
+        raw_from = raw.get("from")
+        if not isinstance(raw_from, str):
             return Code.PATCH_MALFORMED, f"operation {index} ({op}) needs a string 'from'", path
+        from_text = raw_from
         try:
             from_tokens = parse_pointer(from_text)
         except PointerSyntaxError as exc:

@@ -1,0 +1,223 @@
+"""The per-step candidate list of the selection policy: ABSTAIN and small patches built from the report.
+
+A selector does not write patches; it chooses one of these. Each candidate is built only from what
+a language-model policy is shown (the request, the schema, the failed call, the report and its
+pointers, the immutable paths, the budgets), never from the case's family label or its offline
+half, so a selector that wins has won on the same evidence. Sources, in the order they are listed:
+
+- ``request``: the value the request states for the argument at (or above) a reported pointer;
+- ``disagree``: an argument whose value in the failed call differs from what the request states,
+  wherever the report points (the report may point at the wrong place);
+- ``enum``/``const``/``default``: the schema's own values at the pointer;
+- ``convert``: a type conversion of the current value (``"3"`` -> 3, ``3`` -> ``"3"``, ``"true"`` ->
+  true, ``[x]`` -> x, x -> ``[x]``);
+- ``remove``/``rename``: an unexpected property removed, or moved to a missing required name;
+- ``combined``: the first candidate of each reported pointer in one patch, when the report has
+  several and the operation budget allows.
+
+Pure functions of the public case and state, in a deterministic order, deduplicated by the patch's
+canonical text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from difflib import get_close_matches
+from typing import Any
+
+from ..rollout.policies import argument_labels, request_values
+from ..rollout.schema_excerpt import subschemas_at
+from ..tasks.cases import ABSTAIN, PublicCase
+from ..tasks.requests import read_value
+from ..validators import PublicState
+from ..validators.codes import Code
+from ..validators.jsonvalue import canonical_json
+from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
+
+SOURCES: tuple[str, ...] = (
+    "abstain",
+    "request",
+    "disagree",
+    "enum",
+    "const",
+    "default",
+    "convert",
+    "remove",
+    "rename",
+    "combined",
+)
+OP_KINDS: tuple[str, ...] = ("add", "replace", "remove", "move")
+# how many enum members one pointer may offer (the closest to the current value first)
+MAX_ENUM_OPTIONS = 4
+_ABSENT = object()
+# a paraphrased clause: "<label>: <words>" up to the clause's end (see tasks.requests._CLAUSES)
+_CLAUSE_END = r"(?=; |\. |\n- |\.$|$)"
+# a value's words: never across a clause separator
+_IN_CLAUSE = r"((?:(?!; |\. |\n- ).)+?)"
+# the clause forms of tasks.requests._CLAUSES, as (text before the value, text after it)
+_PARAPHRASE_CLAUSES = (
+    ("{label}: ", ""),
+    ("set the {label} to ", ""),
+    ("the {label} should be ", ""),
+    ("use ", " as the {label}"),
+    ("{label} = ", ""),
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One action the selector may choose: the text sent to the contract, and where it came from."""
+
+    text: str
+    source: str
+    ops: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def is_abstain(self) -> bool:
+        return self.text == ABSTAIN
+
+    @property
+    def op_kind(self) -> str:
+        return self.ops[0]["op"] if len(self.ops) == 1 else "combined" if self.ops else "abstain"
+
+
+ABSTAIN_CANDIDATE = Candidate(ABSTAIN, "abstain")
+
+
+def stated_values(case: PublicCase) -> dict[str, Any]:
+    """Top-level argument values the request states: JSON values, or words :func:`read_value` reads."""
+    labels = argument_labels(case)
+    found = request_values(case.request, labels)
+    properties = case.schema.get("properties", {}) if isinstance(case.schema, dict) else {}
+    for key, label in labels.items():
+        if key in found:
+            continue
+        for before, after in _PARAPHRASE_CLAUSES:
+            pattern = re.escape(before.format(label=label)) + _IN_CLAUSE + re.escape(after.format(label=label)) + _CLAUSE_END
+            match = re.search(pattern, case.request)
+            if match is None:
+                continue
+            try:
+                value = read_value(match.group(1), properties.get(key, {}) if isinstance(properties, dict) else {})
+            except (ValueError, TypeError):
+                continue
+            if value is not None:
+                found[key] = value
+                break
+    return found
+
+
+def _pointer_tokens(pointer: str) -> Tokens | None:
+    try:
+        return parse_pointer(pointer)
+    except PointerSyntaxError:
+        return None
+
+
+def _write(candidate: Any, tokens: Tokens, value: Any) -> dict[str, Any]:
+    """``add`` where nothing is, ``replace`` where something is."""
+    exists = resolve(candidate, tokens, _ABSENT) is not _ABSENT
+    return {"op": "replace" if exists else "add", "path": format_pointer(tokens), "value": value}
+
+
+def _conversions(value: Any) -> Iterator[Any]:
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"-?\d+", text):
+            yield int(text)
+        elif re.fullmatch(r"-?\d+\.\d+", text):
+            yield float(text)
+        if text.lower() in ("true", "false"):
+            yield text.lower() == "true"
+        yield [value]
+    elif isinstance(value, bool):
+        yield "true" if value else "false"
+    elif isinstance(value, (int, float)):
+        yield str(value)
+        if isinstance(value, float) and value.is_integer():
+            yield int(value)
+    elif isinstance(value, list) and len(value) == 1:
+        yield value[0]
+
+
+def _schema_values(schema: Any, tokens: Tokens, current: Any) -> Iterator[tuple[str, Any]]:
+    for node in subschemas_at(schema, tokens):
+        if not isinstance(node, dict):
+            continue
+        if "const" in node:
+            yield "const", node["const"]
+        members = node.get("enum")
+        if isinstance(members, list) and members:
+            texts = [m for m in members if isinstance(m, str)]
+            close = get_close_matches(current, texts, n=MAX_ENUM_OPTIONS, cutoff=0.0) if isinstance(current, str) else []
+            ordered = [*close, *(m for m in members if m not in close)]
+            for member in ordered[:MAX_ENUM_OPTIONS]:
+                yield "enum", member
+        if "default" in node:
+            yield "default", node["default"]
+
+
+def _at_pointer(case: PublicCase, state: PublicState, tokens: Tokens, code: str, stated: dict[str, Any]) -> Iterator[Candidate]:
+    candidate = state.candidate
+    if not tokens:
+        return
+    top = tokens[0]
+    if top in stated:
+        yield Candidate("", "request", (_write(candidate, (top,), stated[top]),))
+    if code == Code.ADDITIONAL_PROPERTY.value:
+        path = format_pointer(tokens)
+        yield Candidate("", "remove", ({"op": "remove", "path": path},))
+        if len(tokens) == 1 and isinstance(candidate, dict):
+            required = case.schema.get("required", []) if isinstance(case.schema, dict) else []
+            for name in required:
+                if isinstance(name, str) and name not in candidate:
+                    yield Candidate("", "rename", ({"op": "move", "from": path, "path": format_pointer((name,))},))
+        return
+    current = resolve(candidate, tokens, _ABSENT)
+    for source, value in _schema_values(case.schema, tokens, current):
+        yield Candidate("", source, (_write(candidate, tokens, value),))
+    if current is not _ABSENT:
+        for value in _conversions(current):
+            yield Candidate("", "convert", ({"op": "replace", "path": format_pointer(tokens), "value": value},))
+
+
+def enumerate_candidates(case: PublicCase, state: PublicState, limit: int) -> list[Candidate]:
+    """ABSTAIN first, then up to ``limit - 1`` distinct patches, each within the operation budget."""
+    stated = stated_values(case)
+    found: list[Candidate] = []
+    per_pointer: list[Candidate] = []
+    for error in state.report.errors:
+        tokens = _pointer_tokens(error.pointer)
+        if tokens is None:
+            continue
+        listed = list(_at_pointer(case, state, tokens, error.code.value, stated))
+        found.extend(listed)
+        if listed:
+            per_pointer.append(listed[0])
+    if isinstance(state.candidate, dict):
+        for key in sorted(stated):
+            current = state.candidate.get(key, _ABSENT)
+            if current is _ABSENT or canonical_json(current) != canonical_json(stated[key]):
+                found.append(Candidate("", "disagree", (_write(state.candidate, (key,), stated[key]),)))
+    if len(per_pointer) > 1:
+        ops = tuple(op for c in per_pointer for op in c.ops)
+        found.append(Candidate("", "combined", ops))
+    out = [ABSTAIN_CANDIDATE]
+    seen = {ABSTAIN}
+    for item in found:
+        if len(item.ops) > state.ops_left:
+            continue
+        text = json.dumps(list(item.ops), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        if text in seen:
+            continue
+        seen.add(text)
+        out.append(Candidate(text, item.source, item.ops))
+        if len(out) == limit:
+            break
+    return out
+
+
+__all__ = ["ABSTAIN_CANDIDATE", "OP_KINDS", "SOURCES", "Candidate", "enumerate_candidates", "stated_values"]

@@ -413,13 +413,22 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _config_or_print(cls: type[Any], args: argparse.Namespace) -> Any:
+    """The config from ``--config`` and the overrides; None when ``--print-config`` printed it instead."""
     from .configtree import load_config, to_commented_yaml
-    from .trainer.config import TrainConfig
 
-    config = load_config(TrainConfig, args.config, args.overrides)
+    config = load_config(cls, args.config, args.overrides)
     if args.print_config:
         sys.stdout.write(to_commented_yaml(config))
+        return None
+    return config
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .trainer.config import TrainConfig
+
+    config = _config_or_print(TrainConfig, args)
+    if config is None:
         return EXIT_OK
     from .trainer.entry import train
 
@@ -439,12 +448,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_train_selector(args: argparse.Namespace) -> int:
-    from .configtree import load_config, to_commented_yaml
     from .selector.config import SelectorConfig
 
-    config = load_config(SelectorConfig, args.config, args.overrides)
-    if args.print_config:
-        sys.stdout.write(to_commented_yaml(config))
+    config = _config_or_print(SelectorConfig, args)
+    if config is None:
         return EXIT_OK
     from .selector.train import train_selector
 

@@ -1,7 +1,7 @@
 """The selector's config tree (``contractrl train-selector``): cases, PPO, network, runners, evaluation.
 
-Cases, reward charges and W&B reuse the training tree's sections (:class:`DataConfig`,
-:class:`RewardConfig`, :class:`WandbConfig`), so one YAML vocabulary covers both trainers and the
+Cases, reward charges, checkpoints and W&B reuse the training tree's sections (:class:`DataConfig`,
+:class:`RewardConfig`, :class:`CheckpointConfig`, :class:`WandbConfig`), so one YAML vocabulary covers both trainers and the
 same ``data`` section gives the same cases, byte for byte. The defaults train on this 2-core
 machine in minutes.
 """
@@ -11,13 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..configtree import check, setting
-from ..trainer.config import DataConfig, RewardConfig, WandbConfig
+from ..trainer.config import CheckpointConfig, DataConfig, RewardConfig, WandbConfig
 from .env import DEFAULT_CANDIDATES
 from .module import DEFAULT_HIDDEN
 
 
 def _data() -> DataConfig:
     return DataConfig(train_cases=520, eval_cases=130)
+
+
+def _checkpoint() -> CheckpointConfig:
+    return CheckpointConfig(every=5)  # every 5 PPO iterations
 
 
 @dataclass(frozen=True)
@@ -79,16 +83,6 @@ class SelectorEvalConfig:
 
 
 @dataclass(frozen=True)
-class SelectorCheckpointConfig:
-    every: int = setting(5, help="checkpoint every N iterations (and after the last)")
-    keep: int = setting(2, help="checkpoints kept")
-
-    def __post_init__(self) -> None:
-        check(self.every >= 1, f"checkpoint.every must be >= 1, got {self.every}")
-        check(self.keep >= 1, f"checkpoint.keep must be >= 1, got {self.keep}")
-
-
-@dataclass(frozen=True)
 class SelectorConfig:
     out: str = setting("runs/selector", help="the run's directory")
     resume: bool = setting(False, help="continue the run in out from its last checkpoint")
@@ -99,14 +93,13 @@ class SelectorConfig:
     runners: RunnerConfig = setting(factory=RunnerConfig, help="env runners")
     reward: RewardConfig = setting(factory=RewardConfig, help="the episode reward's charges (as in GRPO)")
     eval: SelectorEvalConfig = setting(factory=SelectorEvalConfig, help="held-out evaluation")
-    checkpoint: SelectorCheckpointConfig = setting(factory=SelectorCheckpointConfig, help="checkpoints for resume")
+    checkpoint: CheckpointConfig = setting(factory=_checkpoint, help="checkpoints for resume (every N PPO iterations)")
     wandb: WandbConfig = setting(factory=WandbConfig, help="W&B tracking")
 
 
 __all__ = [
     "PPOSettings",
     "RunnerConfig",
-    "SelectorCheckpointConfig",
     "SelectorConfig",
     "SelectorEvalConfig",
     "SelectorNetConfig",

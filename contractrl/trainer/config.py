@@ -298,7 +298,7 @@ class WandbConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    every: int = setting(20, help="checkpoint every N optimizer steps (and at each stage's end)")
+    every: int = setting(20, help="checkpoint every N optimizer steps or PPO iterations (and at each stage's end)")
     keep: int = setting(2, help="checkpoints kept")
 
     def __post_init__(self) -> None:

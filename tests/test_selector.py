@@ -175,6 +175,8 @@ def test_env_settings_are_checked(case_dirs: dict[str, Path], tmp_path: Path) ->
         SelectorEnv()
     with pytest.raises(ConfigError, match="candidates must be >= 2"):
         SelectorEnv(case_dir=str(case_dirs["verbatim"]), candidates=1)
+    with pytest.raises(ConfigError, match=r"reward\.retries"):
+        SelectorEnv(case_dir=str(case_dirs["verbatim"]), reward={"retries": 0.1})
     with pytest.raises(ConfigError, match="outside"):
         SelectorEnv(case_dir=str(case_dirs["verbatim"])).reset(options={"index": 10_000})
 

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from ..configtree import from_dict
 from ..errors import ConfigError
 from ..evidence.judge import Judge
 from ..rollout.env import RepairEnv, episode_row
@@ -82,7 +83,7 @@ class SelectorEnv(gym.Env[dict[str, np.ndarray], np.int64]):
         if self.size < 2:
             raise ConfigError(f"SelectorEnv: candidates must be >= 2 (ABSTAIN and one patch), got {self.size}")
         reward = settings.get("reward") or {}
-        weights = reward if isinstance(reward, RewardConfig) else RewardConfig(**dict(reward))
+        weights = reward if isinstance(reward, RewardConfig) else from_dict(RewardConfig, dict(reward), "reward")
         self.cases: list[PublicCase] = read_public(case_dir)
         if not self.cases:
             raise ConfigError(f"SelectorEnv: {case_dir} holds no cases")

@@ -211,6 +211,7 @@ def train_selector(
             it = state["iteration"]
             row = _row(it, result, state["wall_s"])
             last = it == config.ppo.iterations
+            improved = False
             if it % config.eval.every == 0 or last:
                 policy = SelectorPolicy(algo.get_module(), config.model.candidates)
                 run_dir = out / "eval" / f"iter-{it:05d}"
@@ -221,12 +222,14 @@ def train_selector(
                 if summary["semantic_success"] > state["best_success"]:
                     state.update(best_iteration=it, best_success=summary["semantic_success"], best_wall_s=state["wall_s"])
                     save_selector(algo.get_module(), out / BEST_DIR, config.model.candidates)
+                    improved = True
             metrics.append(row)
             tracker.log(row, it)
             state["metrics_rows"] = len(metrics.rows)
             if report is not None:
                 report(row)
-            if it % config.checkpoint.every == 0 or last:
+            # a new best is checkpointed at once, so a resumed run never forgets which module selector/ holds
+            if it % config.checkpoint.every == 0 or last or improved:
                 _save(algo, out, it, state, config.checkpoint.keep)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", best=f"{state['best_success']:.3f}")

@@ -231,6 +231,32 @@ def test_later_decision_demonstrations_replay_a_rejected_attempt() -> None:
         demonstrations(cases, "patch_sft", abstain_repeat=0)
 
 
+def test_contrast_demonstrations_state_the_withheld_value_and_repair_with_it() -> None:
+    """``contrast``: each unrepairable case gains its minimal pair. The pair keeps the call and the
+    report, its request states the withheld value where the heuristic's reader finds it, and its
+    answer, replayed through the real environment, is accepted and dispatches the original call."""
+    from contractrl.rollout.env import RepairEnv
+    from contractrl.rollout.policies import argument_labels, request_values
+    from contractrl.tasks.demonstrations import demonstrations
+
+    cases = generate_cases(GenerateConfig(seed=9, n=52))
+    unrepairable = [c for c in cases if c.public.family == "unrepairable"]
+    for arm in ("patch_sft", "full_regen"):
+        demos = demonstrations(cases, arm, contrast=True)
+        pairs = [d for d in demos if d.case.request not in {c.public.request for c in cases}]
+        assert len(demos) == len(cases) + len(unrepairable) == len(cases) + len(pairs)
+        for case, pair in zip(unrepairable, pairs, strict=True):
+            key, value = case.offline.corruption["withheld"], case.offline.corruption["withheld_value"]
+            assert pair.case.case_id == case.public.case_id and pair.case.report == case.public.report
+            assert pair.case.request.startswith(case.public.request)
+            assert request_values(pair.case.request, argument_labels(pair.case))[key] == value
+            env = RepairEnv(pair.case, arm=arm)
+            env.reset()
+            _, record = env.step(pair.answer)
+            assert record.outcome == "accepted" and env.log.dispatched == {**case.public.candidate, key: value}
+    assert demonstrations(cases, "patch_sft") == demonstrations(cases, "patch_sft", contrast=False)
+
+
 def test_unsafe_dispatch_stops_the_run() -> None:
     case = generate_cases(GenerateConfig(seed=5, n=1))[0]
     judge = Judge([case])

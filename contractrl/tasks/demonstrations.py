@@ -14,10 +14,16 @@ the gold one. The trainer replays it through the real validator and keeps the de
 when the attempt was in fact rejected and the budgets leave room for the answer. Measured
 (benchmarks/RESULTS.md): it taught ABSTAIN on immutable fields but not to avoid repeats, and it
 costs first decisions at a fixed step budget, so the trainer leaves it off by default.
+
+An unrepairable case and a missing_required case carry the same report; only the request says
+whether the value can be found. ``contrast=True`` pairs each unrepairable case with its minimal
+contrast: the same call and report, the withheld value stated in the request, and the repair as
+the answer. Measured in benchmarks/RESULTS.md; off by default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +32,7 @@ from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import parse_pointer, resolve
 from .arms import ARMS, PATCH_ARMS, WHOLE_OBJECT_ARMS
 from .cases import ABSTAIN, Case, PublicCase
+from .catalog import all_tools
 
 _ABSENT = object()
 
@@ -74,9 +81,32 @@ def rejected_attempt(case: Case, arm: str) -> str | None:
     return canonical_json([{"op": "replace", "path": pointer, "value": value}])
 
 
-def demonstrations(cases: Sequence[Case], arm: str, *, retries: bool = False, abstain_repeat: int = 1) -> list[Demonstration]:
+def contrast_demonstration(case: Case, arm: str) -> Demonstration | None:
+    """For an unrepairable built-in case: the same call and report with the withheld value stated
+    in the request (``"<label>: <value>."`` appended), answered by the repair; else None."""
+    withheld = case.offline.corruption.get("withheld")
+    if case.public.family != "unrepairable" or not isinstance(withheld, str) or not isinstance(case.public.candidate, dict):
+        return None
+    spec = next((t for t in all_tools() if t.name == case.public.tool), None)
+    if spec is None:  # an imported tool: its request is a person's own words, not the catalog's clauses
+        return None
+    value = case.offline.corruption["withheld_value"]
+    request = f"{case.public.request} {spec.label(withheld)}: {canonical_json(value)}."
+    public = dataclasses.replace(case.public, request=request)
+    repaired = {**case.public.candidate, withheld: value}
+    if arm in PATCH_ARMS:
+        return Demonstration(public, canonical_json([{"op": "add", "path": f"/{withheld}", "value": value}]))
+    if arm in WHOLE_OBJECT_ARMS:
+        return Demonstration(public, canonical_json(repaired))
+    raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(ARMS)}")
+
+
+def demonstrations(
+    cases: Sequence[Case], arm: str, *, retries: bool = False, abstain_repeat: int = 1, contrast: bool = False
+) -> list[Demonstration]:
     """Each case's first decision, repeated ``abstain_repeat`` times where the answer is ABSTAIN
-    (the rare answer of a first-token choice), then its later decision when ``retries``."""
+    (the rare answer of a first-token choice), then its later decision when ``retries``, then its
+    minimal contrast when ``contrast`` (unrepairable cases only)."""
     if abstain_repeat < 1:
         raise ConfigError(f"abstain_repeat must be >= 1, got {abstain_repeat}")
     out: list[Demonstration] = []
@@ -87,7 +117,9 @@ def demonstrations(cases: Sequence[Case], arm: str, *, retries: bool = False, ab
             earlier = rejected_attempt(case, arm)
             if earlier is not None and earlier != answer:
                 out.append(Demonstration(case.public, answer, (earlier,)))
+        if contrast and (paired := contrast_demonstration(case, arm)) is not None:
+            out.append(paired)
     return out
 
 
-__all__ = ["Demonstration", "demonstrations", "gold_answer", "rejected_attempt"]
+__all__ = ["Demonstration", "contrast_demonstration", "demonstrations", "gold_answer", "rejected_attempt"]

@@ -165,6 +165,11 @@ class SFTConfig:
         "off: with SmolLM2 it diluted first decisions and did not stop repeated attempts (RESULTS.md)",
     )
     abstain_repeat: int = setting(1, help="repeat ABSTAIN demonstrations this many times (a rare first-token choice)")
+    contrast_unrepairable: bool = setting(
+        False,
+        help="pair each unrepairable case with its minimal contrast: the value stated in the request, the repair "
+        "as the answer (tasks/demonstrations.py)",
+    )
     optim: OptimConfig = setting(
         factory=lambda: OptimConfig(lr=2e-3, warmup_steps=3, schedule="cosine"), help="optimizer and schedule"
     )

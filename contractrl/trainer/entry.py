@@ -180,7 +180,11 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
             train_cases=[c.public for c in train_cases],
             eval_cases=[c.public for c in eval_cases],
             demos=demonstrations(
-                train_cases, config.sft.arm, retries=config.sft.retry_demos, abstain_repeat=config.sft.abstain_repeat
+                train_cases,
+                config.sft.arm,
+                retries=config.sft.retry_demos,
+                abstain_repeat=config.sft.abstain_repeat,
+                contrast=config.sft.contrast_unrepairable,
             ),
             judge=Judge([*train_cases, *eval_cases]),
             group=group,

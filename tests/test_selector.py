@@ -319,3 +319,25 @@ def test_the_paired_report_stays_about_the_language_model() -> None:
         )
     )
     assert subject_system(frame) == "contractrl:smollm2/lora-r16@sft"
+
+
+def test_disagreements_are_counted_by_json_value(case_dirs: dict[str, Path]) -> None:
+    """An argument of 1 where the request states true (or 1.0 where it states 1) disagrees, as the
+    `disagree` candidates have it; Python's == would call them equal."""
+    from contractrl.selector.features import encode_state
+
+    column = STATE_FEATURES.index("disagreements/4")
+    checked = 0
+    for case in read_cases(case_dirs["verbatim"]):
+        stated = stated_values(case.public)
+        confusable = {k: (1 if v is True else float(v)) for k, v in stated.items() if type(v) in (bool, int)}
+        if not confusable or not isinstance(case.public.candidate, dict):
+            continue
+        key, twin = next(iter(confusable.items()))
+        contract = contract_for(case.public)
+        agreeing = contract.initial_state({**case.public.candidate, key: stated[key]})
+        confused = contract.initial_state({**case.public.candidate, key: twin})
+        before = encode_state(case.public, agreeing)[column]
+        assert encode_state(case.public, confused)[column] == pytest.approx(min(1.0, before + 0.25)), (key, twin)
+        checked += 1
+    assert checked >= 3

@@ -19,6 +19,12 @@ scored held-out episodes and gives, with denominators:
 ``key=value`` are overrides of the main job's config (``contractrl run --print-config`` lists them), e.g.
 ``train.model.name=tiny``. An interrupted benchmark resumes where it stopped, like ``contractrl run``.
 Record the output in benchmarks/RESULTS.md.
+
+    python benchmarks/bench_learning.py --report runs/report_300 [--json] [--save FILE]
+
+analyses a report written earlier (``contractrl report RUN_DIR ... --out runs/report_300``) instead of
+running the main job: arms trained apart on the same case keys, say at other SFT budgets, compared
+by the same figures. Its JSON holds no ``config`` or ``wall_s``: the runs' own directories have them.
 """
 
 from __future__ import annotations
@@ -150,7 +156,8 @@ def _fmt(row: dict[str, Any]) -> str:
 
 
 def print_report(result: dict[str, Any]) -> None:
-    print(f"model {result['model']}, {result['cases']['eval']} held-out cases, {result['wall_s']:.0f} s, {result['machine']}")
+    took = f"{result['wall_s']:.0f} s" if "wall_s" in result else f"from {result['report']}"
+    print(f"model {result['model']}, {result['cases']['eval']} held-out cases, {took}, {result['machine']}")
     stages = [s for s in ("after_sft", "after_grpo") if s in result]
     print("\n| family | " + " | ".join(stages) + " |")
     print("|---|" + "---|" * len(stages))
@@ -183,8 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/bench_learning")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (its last line)")
     parser.add_argument("--save", help="also write the JSON result to this file")
+    parser.add_argument("--report", help="analyse this report directory (its episodes.parquet) instead of running")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
+    if args.report:
+        if args.overrides:
+            parser.error("--report analyses finished runs: key=value overrides do not apply")
+        result = analyse_report(Path(args.report))
+        return _emit(result, args)
     config = load_main_job_config(out=args.out, overrides=[*DEFAULTS, *args.overrides])
     start = time.perf_counter()
     result_run = run_main_job(config, progress=not args.json)
@@ -199,6 +212,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config": to_dict(config),
         **analyse(episodes, seed=config.train.seed),
     }
+    return _emit(result, args)
+
+
+def analyse_report(report_dir: Path) -> dict[str, Any]:
+    """The benchmark's figures over a report's scored episodes (every learned run in it)."""
+    path = report_dir / "episodes.parquet"
+    if not path.is_file():
+        hint = f"write it with `contractrl report RUN_DIR ... --out {report_dir}`"
+        raise SystemExit(f"no scored episodes at {path}: {hint}")
+    episodes = pd.read_parquet(path)
+    models = sorted(m for m in episodes["model"].unique() if m)
+    return {
+        "model": ", ".join(models),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}",
+        "report": str(report_dir),
+        "cases": {"eval": int(episodes["case_id"].nunique())},
+        **analyse(episodes),
+    }
+
+
+def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
     if args.save:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(result, indent=2) + "\n")

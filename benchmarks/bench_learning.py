@@ -128,8 +128,11 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
             **{column: paired(sft, grpo, column, seed) for column in ("retries", "masked_attempts", "generated_tokens")},
         }
     out["arms"] = {name: arm_summary(frame) for name, frame in systems.items()}
-    if "contractrl" in systems:
-        subject = systems["contractrl"]
+    # the central comparison's subject: ContractRL, or Patch-SFT where a run stopped before GRPO
+    name = next((n for n in ("contractrl", "patch_sft") if n in systems), None)
+    if name is not None:
+        subject = systems[name]
+        out["central_subject"] = name
         out["central"] = {
             other: {
                 "semantic_success": paired(systems[other], subject, seed=seed),
@@ -179,7 +182,7 @@ def print_report(result: dict[str, Any]) -> None:
     for other, c in result.get("central", {}).items():
         s = c["semantic_success"]
         print(
-            f"ContractRL - {other}: success {s['diff']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}], "
+            f"{result['central_subject']} - {other}: success {s['diff']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}], "
             f"McNemar p = {s['mcnemar_p']:.3g}; tokens {_times(c['generated_tokens_ratio'])}; "
             f"collateral {c['collateral']['diff']:+.3f}"
         )

@@ -110,6 +110,13 @@ def stated_values(case: PublicCase) -> dict[str, Any]:
     return found
 
 
+def disagrees(candidate: dict[str, Any], key: str, value: Any) -> bool:
+    """The call's argument differs from a stated value, by JSON value (``1`` is not ``true``); a
+    missing argument differs."""
+    current = candidate.get(key, _ABSENT)
+    return current is _ABSENT or canonical_json(current) != canonical_json(value)
+
+
 def _pointer_tokens(pointer: str) -> Tokens | None:
     try:
         return parse_pointer(pointer)
@@ -199,8 +206,7 @@ def enumerate_candidates(case: PublicCase, state: PublicState, limit: int) -> li
             per_pointer.append(listed[0])
     if isinstance(state.candidate, dict):
         for key in sorted(stated):
-            current = state.candidate.get(key, _ABSENT)
-            if current is _ABSENT or canonical_json(current) != canonical_json(stated[key]):
+            if disagrees(state.candidate, key, stated[key]):
                 found.append(Candidate("", "disagree", (_write(state.candidate, (key,), stated[key]),)))
     if len(per_pointer) > 1:
         ops = tuple(op for c in per_pointer for op in c.ops)
@@ -220,4 +226,4 @@ def enumerate_candidates(case: PublicCase, state: PublicState, limit: int) -> li
     return out
 
 
-__all__ = ["ABSTAIN_CANDIDATE", "OP_KINDS", "SOURCES", "Candidate", "enumerate_candidates", "stated_values"]
+__all__ = ["ABSTAIN_CANDIDATE", "OP_KINDS", "SOURCES", "Candidate", "disagrees", "enumerate_candidates", "stated_values"]

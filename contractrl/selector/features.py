@@ -23,9 +23,8 @@ from ..rollout.schema_excerpt import subschemas_at
 from ..tasks.cases import PublicCase
 from ..validators import PublicState, RepairContract
 from ..validators.codes import PATCH_CODES, SCHEMA_CODES, Code
-from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import PointerSyntaxError, parse_pointer, resolve
-from .candidates import OP_KINDS, SOURCES, Candidate, stated_values
+from .candidates import OP_KINDS, SOURCES, Candidate, disagrees, stated_values
 
 # report codes a state can carry (schema codes, and the response codes a noisy report may show)
 _REPORT_CODES: tuple[str, ...] = tuple(sorted(c.value for c in SCHEMA_CODES))
@@ -143,10 +142,6 @@ def _history_class(code: Code) -> str:
     return "malformed"
 
 
-def _json_or_absent(value: object) -> str | None:
-    return None if value is _ABSENT else canonical_json(value)
-
-
 def encode_state(case: PublicCase, state: PublicState) -> np.ndarray:
     """The state half of the observation (:data:`STATE_FEATURES`)."""
     stated = stated_values(case)
@@ -173,8 +168,7 @@ def encode_state(case: PublicCase, state: PublicState) -> np.ndarray:
     values.update(_schema_facts(case, tokens))
     values["stated_args/8"] = _clip(len(stated) / 8)
     if isinstance(state.candidate, dict):
-        # by JSON value, as the `disagree` candidates are: Python's == takes 1 for true and 1.0
-        differ = sum(1 for k, v in stated.items() if _json_or_absent(state.candidate.get(k, _ABSENT)) != canonical_json(v))
+        differ = sum(1 for k, v in stated.items() if disagrees(state.candidate, k, v))
         values["disagreements/4"] = _clip(differ / 4)
     values["attempts_left/budget"] = _clip(state.attempts_left / max(1, case.max_attempts))
     values["ops_left/budget"] = _clip(state.ops_left / max(1, case.max_ops))

@@ -32,7 +32,7 @@ from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import parse_pointer, resolve
 from .arms import ARMS, PATCH_ARMS, WHOLE_OBJECT_ARMS
 from .cases import ABSTAIN, Case, PublicCase
-from .catalog import all_tools
+from .catalog import get_tool
 
 _ABSENT = object()
 
@@ -87,8 +87,9 @@ def contrast_demonstration(case: Case, arm: str) -> Demonstration | None:
     withheld = case.offline.corruption.get("withheld")
     if case.public.family != "unrepairable" or not isinstance(withheld, str) or not isinstance(case.public.candidate, dict):
         return None
-    spec = next((t for t in all_tools() if t.name == case.public.tool), None)
-    if spec is None:  # an imported tool: its request is a person's own words, not the catalog's clauses
+    try:
+        spec = get_tool(case.public.tool)
+    except ConfigError:  # an imported tool: its request is a person's own words, not the catalog's clauses
         return None
     value = case.offline.corruption["withheld_value"]
     request = f"{case.public.request} {spec.label(withheld)}: {canonical_json(value)}."

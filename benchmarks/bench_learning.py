@@ -69,6 +69,10 @@ def _systems(episodes: pd.DataFrame) -> dict[str, pd.DataFrame]:
         "heuristic": episodes[episodes["policy"] == "heuristic"],
         "replay": episodes[episodes["policy"] == "replay"],
     }
+    for name, frame in roles.items():
+        if frame["case_id"].duplicated().any():
+            runs = ", ".join(sorted(frame["run"].unique()))
+            raise SystemExit(f"{name} has more than one episode per case ({runs}): report one run per role")
     return {name: frame.set_index("case_id").sort_index() for name, frame in roles.items() if len(frame)}
 
 

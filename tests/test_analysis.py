@@ -254,6 +254,58 @@ def test_paired_table_matches_the_statistics_functions() -> None:
     assert not math.isnan(table.loc["generated_tokens", "effect_size"])
 
 
+def _grpo_variant(run: str, success: list[bool], seed: int = 0) -> pd.DataFrame:
+    n = len(success)
+    return _episodes(
+        case_id=[f"c{i}" for i in range(n)],
+        stage=["grpo"] * n,
+        seed=[seed] * n,
+        run=[run] * n,
+        semantic_success=success,
+        schema_valid=success,
+        retries=[0] * n,
+        generated_tokens=[20] * n,
+        collateral=[0] * n,
+        latency_s=[0.1] * n,
+    )
+
+
+def test_runs_of_one_system_that_share_episodes_are_named_apart() -> None:
+    """Two GRPO variants from one adapter carry the same arm, policy and stage; pooled, the paired
+    table would pair each case with two episodes (it raised on unequal lengths)."""
+    n = 12
+    sft = _grpo_variant("runs/base/eval/after-sft", [i % 2 == 0 for i in range(n)]).assign(arm="patch_sft", stage="sft")
+    a = _grpo_variant("runs/kl/eval/after-grpo", [True] * n)
+    b = _grpo_variant("runs/t07/eval/after-grpo", [i % 3 == 0 for i in range(n)])
+    frame = with_system(pd.concat([sft, a, b], ignore_index=True))
+    assert sorted(frame["system"].unique()) == ["contractrl:hf@grpo [kl]", "contractrl:hf@grpo [t07]", "patch_sft:hf@sft"]
+    table = TABLES["paired"](frame).frame
+    success = table[table["metric"] == "semantic_success"].set_index("baseline")
+    assert set(success.index) == {"contractrl:hf@grpo [t07]", "patch_sft:hf@sft"}
+    assert (success["pairs"] == n).all()
+    assert success.loc["patch_sft:hf@sft", "difference"] == pytest.approx(0.5)
+
+
+def test_runs_of_one_system_on_other_seeds_pool() -> None:
+    frame = with_system(
+        pd.concat(
+            [_grpo_variant("runs/s0/eval/after-grpo", [True] * 4, 0), _grpo_variant("runs/s1/eval/after-grpo", [False] * 4, 1)],
+            ignore_index=True,
+        )
+    )
+    assert set(frame["system"]) == {"contractrl:hf@grpo"}
+
+
+def test_run_names_keep_only_the_parts_that_differ() -> None:
+    from contractrl.analysis.tables import run_names
+
+    assert run_names(["/w/runs/a/eval/after-grpo", "/w/runs/b/eval/after-grpo"]) == {
+        "/w/runs/a/eval/after-grpo": "a",
+        "/w/runs/b/eval/after-grpo": "b",
+    }
+    assert run_names(["runs/x/1", "runs/y/2"]) == {"runs/x/1": "x/1", "runs/y/2": "y/2"}
+
+
 # --- prompts and drivers -----------------------------------------------------------------------
 
 

@@ -193,7 +193,11 @@ class GRPOConfig:
     micro_batch_size: int = setting(4, help="generations per forward/backward")
     clip_low: float = setting(0.2, help="PPO ratio clip below 1")
     clip_high: float = setting(0.28, help="PPO ratio clip above 1 (asymmetric, as in DAPO)")
-    kl_coef: float = setting(0.0, help="KL penalty to the adapter-off reference (0: none)")
+    kl_coef: float = setting(
+        0.0,
+        help="KL penalty to the adapter-off reference (0: none): the base model after this run's SFT, the SFT "
+        "model when GRPO starts from a trained adapter (model.name=RUN/stages/sft stages=[grpo])",
+    )
     scale_std: bool = setting(True, help="divide advantages by the group's standard deviation")
     baseline: Literal["mean", "leave_one_out"] = setting("mean", help="the group baseline subtracted from rewards")
     eps: float = setting(1e-4, help="added to the group's standard deviation")

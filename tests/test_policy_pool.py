@@ -41,6 +41,19 @@ def test_a_policy_worker_generates_what_the_driver_would(tmp_path: Path) -> None
     assert worker.ping()
 
 
+def test_a_policy_worker_uses_the_threads_its_spec_names(tmp_path: Path) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    load = functools.partial(load_model, "tiny", cache_dir=tmp_path)
+    wanted = 1 if before != 1 else 2
+    try:
+        PolicyWorker(PolicySpec(load, name="tiny", threads=wanted))
+        assert torch.get_num_threads() == wanted
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.slow
 def test_ledger_digest_does_not_depend_on_the_number_of_policy_actors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

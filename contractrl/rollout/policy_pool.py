@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -35,6 +35,10 @@ class PolicySpec:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     name: str = "hf"
     cpu_bf16: bool = True
+    # torch threads in the actor; 0 until ActorPolicy records the driver's. On some CPUs (AVX2, fp32)
+    # a different thread count changes the logits' last bits and so the sampled tokens: the same
+    # count keeps the ledger digest independent of the number of actors
+    threads: int = 0
 
     def build(self) -> HFPolicy:
         model, tokenizer = self.load()
@@ -54,6 +58,10 @@ class PolicyWorker:
     """What one policy actor runs (a plain class: tested without Ray)."""
 
     def __init__(self, spec: PolicySpec) -> None:
+        if spec.threads:
+            import torch
+
+            torch.set_num_threads(spec.threads)
         self.policy = spec.build()
 
     def ping(self) -> bool:
@@ -82,6 +90,10 @@ class ActorPolicy:
         if actors < 1:
             raise ConfigError(f"a policy pool needs at least one actor, got {actors}")
         ensure_ray()
+        if not spec.threads:
+            import torch
+
+            spec = replace(spec, threads=torch.get_num_threads())
         self.spec = spec
         self.name = spec.name
         remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(PolicyWorker)

@@ -10,7 +10,14 @@ import pytest
 
 from contractrl.rollout.env import RepairEnv
 from contractrl.rollout.prompts import FEEDBACK, render_blocks
-from contractrl.rollout.schema_excerpt import ELIDED, closest_branches, compact_subschema, schema_excerpt, subschemas_at
+from contractrl.rollout.schema_excerpt import (
+    ELIDED,
+    closest_branch_errors,
+    closest_branches,
+    compact_subschema,
+    schema_excerpt,
+    subschemas_at,
+)
 from contractrl.tasks.arms import ARMS
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.validators import Code, Verifier
@@ -171,3 +178,52 @@ def test_a_wide_union_shows_the_branches_the_value_comes_closest_to() -> None:
     whole = schema_excerpt(schema, ["/where/0"])
     assert whole.startswith('/where/0: {"oneOf":[') and whole.count('"required"') == 4 and "closest" not in whole
     assert closest_branches({"oneOf": branches[:3]}, {}, schema) is None  # three or fewer: shown whole
+
+
+def test_a_union_line_names_where_the_value_breaks_its_closest_branch() -> None:
+    """``union_mismatch at /where/0`` does not say which member is wrong; the closest branch does."""
+
+    def branch(op: str, **members: dict) -> dict:
+        properties = {"op": {"const": op}, **members}
+        return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+    branches = [
+        branch("eq", value={}),
+        branch("between", low={"type": "number"}, high={"type": "number"}),
+        branch("in", values={"enum": ["a", "b"]}),
+    ]
+    schema = {"type": "object", "properties": {"where": {"type": "array", "items": {"oneOf": branches}}}}
+    value = {"where": [{"op": "between", "low": 1, "high": "12"}]}
+    errors = closest_branch_errors({"oneOf": branches}, value["where"][0], schema)
+    assert [(e.code, e.pointer) for e in errors] == [(Code.WRONG_TYPE, "/high")]
+    text = schema_excerpt(schema, ["/where/0"], instance=value)
+    assert "/where/0/high (closest branch): wrong_type: expected number, got string" in text.splitlines()
+    # an allowed-values miss names the value (the allowed ones are in the branch above it)
+    missed = {"where": [{"op": "in", "values": "c"}]}
+    assert '/where/0/values (closest branch): enum_mismatch: got "c"' in schema_excerpt(schema, ["/where/0"], instance=missed)
+    # two equally close branches, a value that fits, or no union: no such line
+    assert closest_branch_errors({"oneOf": branches[:2]}, {"op": "eq", "low": 1}, schema) == []  # 2 and 2
+    assert closest_branch_errors({"oneOf": branches}, {"op": "eq", "value": 3}, schema) == []
+    assert closest_branch_errors({"type": "object"}, {}, schema) == []
+    assert "closest branch" not in schema_excerpt(schema, ["/where/0"])  # without the call, nothing to compare
+
+
+def test_closest_branch_lines_name_a_path_the_gold_patch_edits(cases: list) -> None:
+    """Against the hidden targets: each such line points at a member the repair must change, never
+    at one it must keep (the hint is derived from public data only, so this is its precision)."""
+    hinted = 0
+    for case in cases:
+        if not isinstance(case.offline.target_patch, list):
+            continue
+        state = RepairEnv(case.public).reset()
+        lines = [
+            line for line in render_blocks(case.public, state, "contractrl")["schema"].splitlines() if "(closest branch)" in line
+        ]
+        if not lines:
+            continue
+        edited = {op["path"] for op in case.offline.target_patch}
+        for line in lines:
+            pointer = line.split(" (closest branch)")[0]
+            assert pointer in edited or any(p.startswith(pointer + "/") for p in edited), (case.public.case_id, line, edited)
+            hinted += 1
+    assert hinted >= 20, hinted

@@ -14,17 +14,27 @@ with its deeper levels elided (``"…"``), never silently dropped.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from referencing.exceptions import Unresolvable
+
+from ..errors import SchemaCompileError
+from ..validators.codes import Code
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
+from ..validators.report import VerifierError
+from ..validators.schema import PythonBackend, to_verifier_errors
 
 # a subschema rendered longer than this is shown with its deeper levels elided
 MAX_SUBSCHEMA_CHARS = 480
 # the closest branches of a union may take more: which branch fits is what such a repair is about
 MAX_UNION_CHARS = 720
+# one line of where the value breaks a union's closest branch
+MAX_HINT_CHARS = 100
+_ALLOWED_VALUE_CODES = (Code.ENUM_MISMATCH, Code.CONST_MISMATCH)
 ELIDED = "…"
 _UNIONS = ("allOf", "anyOf", "oneOf")
 _MAX_REF_HOPS = 16
@@ -133,34 +143,69 @@ def compact_subschema(node: Any, limit: int = MAX_SUBSCHEMA_CHARS) -> str:
     return text
 
 
-def _misfit(branch: Any, value: Any, root: Any) -> int:
-    """How many constraints of ``branch`` the value breaks (python-jsonschema, the reference backend)."""
-    import re
-
-    import jsonschema
-    from referencing.exceptions import Unresolvable
-
+def _branch_errors(branch: Any, value: Any, root: Any) -> list[VerifierError] | None:
+    """Where ``value`` breaks ``branch`` alone, by the reference backend (python-jsonschema, with the
+    standard's formats and patterns); None for a branch that cannot be checked here."""
     if not isinstance(branch, dict):
-        return 0 if branch is True else 1
+        return [] if branch is True else [VerifierError(Code.UNION_MISMATCH, "", "absent", "", "value is not allowed here")]
     # the branch is validated on its own: give it the root's definitions, so local $refs resolve
     scoped = {**branch, **{key: root[key] for key in ("$defs", "definitions") if isinstance(root, dict) and key in root}}
     try:
-        return sum(1 for _ in jsonschema.Draft202012Validator(scoped).iter_errors(value))
-    except (jsonschema.exceptions.SchemaError, Unresolvable, re.error, RecursionError, TypeError, ValueError):
-        return sys.maxsize  # a branch that cannot be scored here is never the closest
+        backend = PythonBackend(scoped)
+        return [error for raw in backend.raw_errors(value) for error in to_verifier_errors(value, raw)]
+    except (SchemaCompileError, Unresolvable, re.error, RecursionError, TypeError, ValueError):
+        return None
+
+
+def _misfit(errors: list[VerifierError] | None) -> int:
+    """How many constraints of a branch the value breaks (a branch not checkable here is never closest)."""
+    return sys.maxsize if errors is None else len(errors)
+
+
+def _union_fit(node: dict[str, Any], value: Any, root: Any) -> tuple[str, list[Any], list[list[VerifierError] | None]] | None:
+    """(keyword, branches, each branch's errors for ``value``) for a oneOf/anyOf node; None otherwise."""
+    for key in ("oneOf", "anyOf"):
+        branches = node.get(key)
+        if isinstance(branches, list) and branches:
+            return key, branches, [_branch_errors(_deref(b, root), value, root) for b in branches]
+    return None
 
 
 def closest_branches(node: dict[str, Any], value: Any, root: Any) -> tuple[str, list[Any], int] | None:
     """For a union of many branches: (keyword, the branches the value breaks fewest constraints of,
     total branches); None when ``node`` is no such union."""
-    for key in ("oneOf", "anyOf"):
-        branches = node.get(key)
-        if isinstance(branches, list) and len(branches) > _MAX_BRANCHES:
-            scored = sorted(range(len(branches)), key=lambda i: (_misfit(branches[i], value, root), i))
-            best = _misfit(branches[scored[0]], value, root)
-            kept = [i for i in scored if _misfit(branches[i], value, root) == best][:_MAX_BRANCHES]
-            return key, [branches[i] for i in sorted(kept)], len(branches)
-    return None
+    fit = _union_fit(node, value, root)
+    if fit is None or len(fit[1]) <= _MAX_BRANCHES:
+        return None
+    key, branches, errors = fit
+    best = min(map(_misfit, errors))
+    kept = [i for i, e in enumerate(errors) if _misfit(e) == best][:_MAX_BRANCHES]
+    return key, [branches[i] for i in kept], len(branches)
+
+
+def closest_branch_errors(node: dict[str, Any], value: Any, root: Any) -> list[VerifierError]:
+    """Where the value breaks the one union branch it comes closest to (pointers relative to the
+    value); empty when ``node`` is no union or no single branch is closest.
+
+    The verifier reports a union failure at the union (``union_mismatch at /where/0``), which says
+    that the value fits no branch but not which of its members is wrong; the closest branch's own
+    errors do, and they follow from the public schema and call alone.
+    """
+    fit = _union_fit(node, value, root)
+    if fit is None:
+        return []
+    misfits = [_misfit(e) for e in fit[2]]
+    best = min(misfits)
+    if best in (0, sys.maxsize) or misfits.count(best) != 1:
+        return []
+    return fit[2][misfits.index(best)] or []
+
+
+def _hint(where: str, error: VerifierError) -> str:
+    # the allowed values are in the branch shown just above; the value that missed them is the news
+    message = f"{error.code.value}: got {error.actual}" if error.code in _ALLOWED_VALUE_CODES else error.message
+    message = message if len(message) <= MAX_HINT_CHARS else message[: MAX_HINT_CHARS - 1] + ELIDED
+    return f"{where}{error.pointer} (closest branch): {message}"
 
 
 def _line(path: Tokens, nodes: Sequence[Any], immutable: bool, value: Any, root: Any) -> str:
@@ -171,13 +216,18 @@ def _line(path: Tokens, nodes: Sequence[Any], immutable: bool, value: Any, root:
     if len(nodes) > 1:
         return f"{where}{flag}: one of {len(nodes)} branches: {compact_subschema(list(nodes))}"
     node = nodes[0]
-    union = closest_branches(node, value, root) if isinstance(node, dict) and value is not _ABSENT else None
-    if union is None:
+    if not isinstance(node, dict) or value is _ABSENT:
         return f"{where}{flag}: {compact_subschema(node)}"
-    key, kept, total = union
-    rest = {k: v for k, v in node.items() if k != key}
-    shown = compact_subschema({**rest, key: kept}, MAX_UNION_CHARS)
-    return f"{where}{flag}: {key} of {total} branches, the {len(kept)} closest to the value: {shown}"
+    union = closest_branches(node, value, root)
+    if union is None:
+        line = f"{where}{flag}: {compact_subschema(node)}"
+    else:
+        key, kept, total = union
+        rest = {k: v for k, v in node.items() if k != key}
+        shown = compact_subschema({**rest, key: kept}, MAX_UNION_CHARS)
+        line = f"{where}{flag}: {key} of {total} branches, the {len(kept)} closest to the value: {shown}"
+    hints = closest_branch_errors(node, value, root)[:_MAX_BRANCHES]
+    return "\n".join([line, *(_hint(format_pointer(path), error) for error in hints)])
 
 
 def _parse_all(pointers: Iterable[str]) -> list[Tokens]:
@@ -243,4 +293,11 @@ def schema_excerpt(
     return "\n".join(lines)
 
 
-__all__ = ["MAX_SUBSCHEMA_CHARS", "closest_branches", "compact_subschema", "schema_excerpt", "subschemas_at"]
+__all__ = [
+    "MAX_SUBSCHEMA_CHARS",
+    "closest_branch_errors",
+    "closest_branches",
+    "compact_subschema",
+    "schema_excerpt",
+    "subschemas_at",
+]

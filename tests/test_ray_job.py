@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from .conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 RAY = Path(sys.executable).with_name("ray")
+HEAD_OUTPUT = "head.out"  # in the head's temp dir: what `ray start --block` printed
 _PORT_OPTIONS = (
     "port",
     "dashboard-agent-listen-port",
@@ -41,6 +43,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Head:
+    """A running head node: its job-submission address and its temp dir (which holds its logs)."""
+
+    address: str
+    temp: str
+
+    def logs(self, chars: int = 3000) -> str:
+        """The ends of the head's output and logs: where a head that stopped answering says why."""
+        out = []
+        for name in (HEAD_OUTPUT, "session_*/logs/dashboard.log", "session_*/logs/dashboard.err", "session_*/logs/raylet.err"):
+            for path in sorted(Path(self.temp).glob(name)):
+                text = path.read_text(errors="replace")[-chars:]
+                if text.strip():
+                    out.append(f"--- {path.name} ---\n{text}")
+        return "\n".join(out) or "(no head logs)"
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "token"  # the head makes a token; the client must ask to send it
@@ -48,8 +68,8 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def head() -> Iterator[str]:
-    """A local head node with the dashboard (which serves job submission); its address."""
+def head() -> Iterator[Head]:
+    """A local head node with the dashboard (which serves job submission)."""
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
     dashboard = _free_port()
     argv = [str(RAY), "start", "--head", "--block", f"--dashboard-port={dashboard}", f"--temp-dir={temp}"]
@@ -58,20 +78,23 @@ def head() -> Iterator[str]:
     # defaults (the job agent's 52365 among them), and a head whose agent cannot bind takes no jobs
     for option in _PORT_OPTIONS:
         argv.append(f"--{option}={_free_port()}")
-    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # its output goes to a file: a pipe nobody reads fills up, and a head blocked writing to it stops answering
+    output = Path(temp) / HEAD_OUTPUT
+    with output.open("w") as sink:
+        proc = subprocess.Popen(argv, env=_env(), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"http://127.0.0.1:{dashboard}"
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                pytest.skip(f"a Ray head node cannot start here: {(proc.stdout.read() if proc.stdout else '')[-800:]}")
+                pytest.skip(f"a Ray head node cannot start here: {output.read_text(errors='replace')[-800:]}")
             probe = subprocess.run([str(RAY), "job", "list", "--address", address], env=_env(), capture_output=True, text=True)
             if probe.returncode == 0:
                 break
             time.sleep(2)
         else:  # the head started: not answering is a failure, not a missing resource
             pytest.fail("the Ray head node did not answer job requests within 120 s")
-        yield address
+        yield Head(address, temp)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # --block: the head's processes stop with it
         try:
@@ -81,7 +104,7 @@ def head() -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_a_submitted_job_runs_contractrl_with_the_shipped_runtime_env(head: str, tmp_path: Path) -> None:
+def test_a_submitted_job_runs_contractrl_with_the_shipped_runtime_env(head: Head, tmp_path: Path) -> None:
     cases, run = tmp_path / "cases", tmp_path / "rollout"
     entrypoint = (
         f"python -m contractrl cases generate --seed 1 --n 13 --out {cases} && "
@@ -93,7 +116,7 @@ def test_a_submitted_job_runs_contractrl_with_the_shipped_runtime_env(head: str,
         "job",
         "submit",
         "--address",
-        head,
+        head.address,
         "--runtime-env",
         "cluster/runtime_env.yaml",
         "--",
@@ -107,7 +130,7 @@ def test_a_submitted_job_runs_contractrl_with_the_shipped_runtime_env(head: str,
         if proc.returncode == 0 or "No available agent" not in proc.stderr or time.monotonic() > deadline:
             break
         time.sleep(2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + head.logs()
     assert "succeeded" in proc.stdout.lower(), proc.stdout[-2000:]
     manifest = json.loads((run / "manifest.json").read_text())
     assert len(manifest["ledger_sha256"]) == 64 and manifest["labels"]["mode"] == "same_information"
@@ -116,9 +139,11 @@ def test_a_submitted_job_runs_contractrl_with_the_shipped_runtime_env(head: str,
     assert len(read_ledger(run)) == 13  # one episode per case, read back through the verified reader
 
 
-def test_without_the_token_mode_the_client_is_refused(head: str) -> None:
+def test_without_the_token_mode_the_client_is_refused(head: Head) -> None:
     """The step docs/cluster.md documents: a client that does not send the token is turned away."""
     env = _env()
     env.pop("RAY_AUTH_MODE")
-    proc = subprocess.run([str(RAY), "job", "list", "--address", head], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "auth" in (proc.stdout + proc.stderr).lower()
+    proc = subprocess.run(
+        [str(RAY), "job", "list", "--address", head.address], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "auth" in (proc.stdout + proc.stderr).lower(), proc.stderr[-2000:] + head.logs()

@@ -9,7 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from contractrl.rollout.cpu import compute_context, cpu_bf16_native, release_memory, resident_bytes  # noqa: E402
+from contractrl.rollout import cpu  # noqa: E402
+from contractrl.rollout.cpu import compute_context, cpu_bf16_native, product_dtype, release_memory, resident_bytes  # noqa: E402
 
 
 def _autocast_on() -> bool:
@@ -29,6 +30,19 @@ def test_autocast_only_for_fp32_models_on_native_bf16_cpus() -> None:
     with compute_context(torch.nn.Module()):
         assert not _autocast_on()  # no parameters, nothing to decide on
     assert not _autocast_on()
+
+
+def test_the_product_dtype_says_whether_the_bf16_request_was_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    fp32 = torch.nn.Linear(4, 4)
+    assert product_dtype(fp32) == ("bfloat16" if cpu_bf16_native() else "float32")
+    for native in (True, False):
+        monkeypatch.setattr(cpu, "cpu_bf16_native", lambda native=native: native)
+        assert product_dtype(fp32) == ("bfloat16" if native else "float32")
+        assert product_dtype(fp32, enabled=False) == "float32"
+        with compute_context(fp32):
+            assert _autocast_on() is native  # the context and the record agree
+    assert product_dtype(torch.nn.Linear(4, 4).to(torch.bfloat16)) == "bfloat16"
+    assert product_dtype(torch.nn.Module()) == "none"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")

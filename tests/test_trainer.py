@@ -20,6 +20,7 @@ pytest.importorskip("deepspeed")
 from contractrl.configtree import load_config  # noqa: E402
 from contractrl.errors import ConfigError  # noqa: E402
 from contractrl.evidence.judge import Judge, UnsafeDispatchError  # noqa: E402
+from contractrl.rollout.cpu import cpu_bf16_native  # noqa: E402
 from contractrl.rollout.ledger import read_ledger  # noqa: E402
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.trainer.config import TrainConfig  # noqa: E402
@@ -100,6 +101,8 @@ def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_c
     )
     assert batch["stage"] == "grpo" and batch["config"]["seed"] == batch["seed"]
     assert set(result.evals) == {"sft", "grpo"} and result.evals["grpo"]["episodes"] == 4
+    # what model.cpu_bf16 (on by default) became on this CPU: the run's figures depend on it
+    assert result.evals["grpo"]["product_dtype"] == ("bfloat16" if cpu_bf16_native() else "float32")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["rollout_digest"] == result.rollout_digest
     assert {"deepspeed", "peft", "torch"} <= set(manifest["packages"])

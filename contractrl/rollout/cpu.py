@@ -36,14 +36,32 @@ def cpu_bf16_native() -> bool:
         return False
 
 
+def _autocasts(model: Any, enabled: bool) -> bool:
+    import torch
+
+    param = next(model.parameters(), None)
+    return bool(
+        enabled and param is not None and param.device.type == "cpu" and param.dtype == torch.float32 and cpu_bf16_native()
+    )
+
+
 def compute_context(model: Any, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
     """bf16 autocast for an fp32 model on a CPU with native bf16 (when ``enabled``); else a no-op."""
     import torch
 
+    return torch.autocast("cpu", dtype=torch.bfloat16) if _autocasts(model, enabled) else contextlib.nullcontext()
+
+
+def product_dtype(model: Any, enabled: bool = True) -> str:
+    """The dtype of the matrix products under :func:`compute_context` (``"bfloat16"``, ``"float32"``).
+
+    ``model.cpu_bf16`` is a request a CPU without native bf16 declines, and the same run gives other
+    figures with and without it; a run records this answer so its figures say which they are.
+    """
+    if _autocasts(model, enabled):
+        return "bfloat16"
     param = next(model.parameters(), None)
-    if not enabled or param is None or param.device.type != "cpu" or param.dtype != torch.float32 or not cpu_bf16_native():
-        return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    return "none" if param is None else str(param.dtype).removeprefix("torch.")
 
 
 @cache
@@ -77,4 +95,4 @@ def release_memory(above: float = 0.25) -> bool:
     return True
 
 
-__all__ = ["compute_context", "cpu_bf16_native", "release_memory", "resident_bytes"]
+__all__ = ["compute_context", "cpu_bf16_native", "product_dtype", "release_memory", "resident_bytes"]

@@ -123,6 +123,10 @@ class LearnerGroup:
             out.extend(shard_result)
         return out
 
+    def product_dtype(self) -> str:
+        """The dtype of the generating model's matrix products (what held-out episodes ran in)."""
+        return str(self._generator_call("product_dtype"))
+
     def rank_fingerprints(self) -> list[str]:
         """Each rank's weight fingerprint: data-parallel ranks must stay identical."""
         return list(self._all("fingerprint"))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..rollout.cpu import compute_context, release_memory
+from ..rollout.cpu import compute_context, product_dtype, release_memory
 from ..rollout.hf_policy import HFPolicy, SamplingConfig
 from ..rollout.policies import Generation, Observation
 from .config import TrainConfig
@@ -136,6 +136,10 @@ class Learner:
         return self.engine
 
     # --- generation ----------------------------------------------------------------------------
+
+    def product_dtype(self) -> str:
+        """The dtype this learner's matrix products run in (``model.cpu_bf16`` as this CPU honours it)."""
+        return product_dtype(self.model, self.config.model.cpu_bf16)
 
     def generate(self, observations: Sequence[Observation], sampling: SamplingConfig, arm: str) -> list[Generation]:
         import torch

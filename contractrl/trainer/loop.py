@@ -340,6 +340,7 @@ class Trainer:
             "per_family": {family: sum(v) / len(v) for family, v in sorted(by_family.items())},
             "families": dict(sorted(Counter(row["case_family"] for row, _ in scored).items())),
             "ledger_sha256": digest,
+            "product_dtype": self.group.product_dtype(),  # figures differ with it (benchmarks/RESULTS.md)
         }
         tracker.log({f"eval/{stage}/semantic_success": summary["semantic_success"]}, global_step)
         return summary

@@ -196,6 +196,8 @@ def test_a_union_line_names_where_the_value_breaks_its_closest_branch() -> None:
     value = {"where": [{"op": "between", "low": 1, "high": "12"}]}
     errors = closest_branch_errors({"oneOf": branches}, value["where"][0], schema)
     assert [(e.code, e.pointer) for e in errors] == [(Code.WRONG_TYPE, "/high")]
+    # a branch no value fits is never the closest one
+    assert closest_branch_errors({"oneOf": [False, branches[1]]}, value["where"][0], schema) == errors
     text = schema_excerpt(schema, ["/where/0"], instance=value)
     assert "/where/0/high (closest branch): wrong_type: expected number, got string" in text.splitlines()
     # an allowed-values miss names the value (the allowed ones are in the branch above it)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from referencing.exceptions import Unresolvable
@@ -145,9 +146,11 @@ def compact_subschema(node: Any, limit: int = MAX_SUBSCHEMA_CHARS) -> str:
 
 def _branch_errors(branch: Any, value: Any, root: Any) -> list[VerifierError] | None:
     """Where ``value`` breaks ``branch`` alone, by the reference backend (python-jsonschema, with the
-    standard's formats and patterns); None for a branch that cannot be checked here."""
+    standard's formats and patterns); None for a branch no value fits or that cannot be checked here."""
+    if branch is True:
+        return []
     if not isinstance(branch, dict):
-        return [] if branch is True else [VerifierError(Code.UNION_MISMATCH, "", "absent", "", "value is not allowed here")]
+        return None
     # the branch is validated on its own: give it the root's definitions, so local $refs resolve
     scoped = {**branch, **{key: root[key] for key in ("$defs", "definitions") if isinstance(root, dict) and key in root}}
     try:
@@ -162,43 +165,57 @@ def _misfit(errors: list[VerifierError] | None) -> int:
     return sys.maxsize if errors is None else len(errors)
 
 
-def _union_fit(node: dict[str, Any], value: Any, root: Any) -> tuple[str, list[Any], list[list[VerifierError] | None]] | None:
-    """(keyword, branches, each branch's errors for ``value``) for a oneOf/anyOf node; None otherwise."""
-    for key in ("oneOf", "anyOf"):
-        branches = node.get(key)
-        if isinstance(branches, list) and branches:
-            return key, branches, [_branch_errors(_deref(b, root), value, root) for b in branches]
-    return None
+@dataclass(frozen=True)
+class _UnionFit:
+    """A oneOf/anyOf node's branches and, for each, where the value breaks it."""
+
+    key: str
+    branches: list[Any]
+    errors: list[list[VerifierError] | None]
+
+    @classmethod
+    def of(cls, node: dict[str, Any], value: Any, root: Any) -> _UnionFit | None:
+        for key in ("oneOf", "anyOf"):
+            branches = node.get(key)
+            if isinstance(branches, list) and branches:
+                return cls(key, branches, [_branch_errors(_deref(b, root), value, root) for b in branches])
+        return None
+
+    def closest(self) -> list[int]:
+        """Indices of the branches the value breaks fewest constraints of, in schema order."""
+        misfits = [_misfit(e) for e in self.errors]
+        best = min(misfits)
+        return [] if best == sys.maxsize else [i for i, m in enumerate(misfits) if m == best]
+
+    def closest_errors(self) -> list[VerifierError]:
+        closest = self.closest()
+        return list(self.errors[closest[0]] or []) if len(closest) == 1 else []
 
 
 def closest_branches(node: dict[str, Any], value: Any, root: Any) -> tuple[str, list[Any], int] | None:
     """For a union of many branches: (keyword, the branches the value breaks fewest constraints of,
     total branches); None when ``node`` is no such union."""
-    fit = _union_fit(node, value, root)
-    if fit is None or len(fit[1]) <= _MAX_BRANCHES:
+    fit = _UnionFit.of(node, value, root)
+    return _kept(fit) if fit is not None else None
+
+
+def _kept(fit: _UnionFit) -> tuple[str, list[Any], int] | None:
+    if len(fit.branches) <= _MAX_BRANCHES:
         return None
-    key, branches, errors = fit
-    best = min(map(_misfit, errors))
-    kept = [i for i, e in enumerate(errors) if _misfit(e) == best][:_MAX_BRANCHES]
-    return key, [branches[i] for i in kept], len(branches)
+    kept = fit.closest()[:_MAX_BRANCHES] or list(range(_MAX_BRANCHES))
+    return fit.key, [fit.branches[i] for i in kept], len(fit.branches)
 
 
 def closest_branch_errors(node: dict[str, Any], value: Any, root: Any) -> list[VerifierError]:
     """Where the value breaks the one union branch it comes closest to (pointers relative to the
-    value); empty when ``node`` is no union or no single branch is closest.
+    value); empty when ``node`` is no union, the value fits, or no single branch is closest.
 
     The verifier reports a union failure at the union (``union_mismatch at /where/0``), which says
     that the value fits no branch but not which of its members is wrong; the closest branch's own
     errors do, and they follow from the public schema and call alone.
     """
-    fit = _union_fit(node, value, root)
-    if fit is None:
-        return []
-    misfits = [_misfit(e) for e in fit[2]]
-    best = min(misfits)
-    if best in (0, sys.maxsize) or misfits.count(best) != 1:
-        return []
-    return fit[2][misfits.index(best)] or []
+    fit = _UnionFit.of(node, value, root)
+    return fit.closest_errors() if fit is not None else []
 
 
 def _hint(where: str, error: VerifierError) -> str:
@@ -218,7 +235,8 @@ def _line(path: Tokens, nodes: Sequence[Any], immutable: bool, value: Any, root:
     node = nodes[0]
     if not isinstance(node, dict) or value is _ABSENT:
         return f"{where}{flag}: {compact_subschema(node)}"
-    union = closest_branches(node, value, root)
+    fit = _UnionFit.of(node, value, root)
+    union = _kept(fit) if fit is not None else None
     if union is None:
         line = f"{where}{flag}: {compact_subschema(node)}"
     else:
@@ -226,7 +244,7 @@ def _line(path: Tokens, nodes: Sequence[Any], immutable: bool, value: Any, root:
         rest = {k: v for k, v in node.items() if k != key}
         shown = compact_subschema({**rest, key: kept}, MAX_UNION_CHARS)
         line = f"{where}{flag}: {key} of {total} branches, the {len(kept)} closest to the value: {shown}"
-    hints = closest_branch_errors(node, value, root)[:_MAX_BRANCHES]
+    hints = fit.closest_errors()[:_MAX_BRANCHES] if fit is not None else []
     return "\n".join([line, *(_hint(format_pointer(path), error) for error in hints)])
 
 

@@ -27,7 +27,7 @@ from ..validators.codes import Code
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
 from ..validators.report import VerifierError
-from ..validators.schema import PythonBackend, to_verifier_errors
+from ..validators.schema import compile_schema
 
 # a subschema rendered longer than this is shown with its deeper levels elided
 MAX_SUBSCHEMA_CHARS = 480
@@ -153,9 +153,8 @@ def _branch_errors(branch: Any, value: Any, root: Any) -> list[VerifierError] | 
         return None
     # the branch is validated on its own: give it the root's definitions, so local $refs resolve
     scoped = {**branch, **{key: root[key] for key in ("$defs", "definitions") if isinstance(root, dict) and key in root}}
-    try:
-        backend = PythonBackend(scoped)
-        return [error for raw in backend.raw_errors(value) for error in to_verifier_errors(value, raw)]
+    try:  # compiled once per branch (the cache): the same tool schemas come back every decision
+        return compile_schema(scoped, "python").errors(value)
     except (SchemaCompileError, Unresolvable, re.error, RecursionError, TypeError, ValueError):
         return None
 

@@ -87,7 +87,8 @@ def head() -> Iterator[Head]:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                pytest.skip(f"a Ray head node cannot start here: {output.read_text(errors='replace')[-800:]}")
+                # ray is installed with the project: a head that cannot start is a failure, not a missing resource
+                pytest.fail(f"the Ray head node exited while starting: {output.read_text(errors='replace')[-800:]}")
             probe = subprocess.run([str(RAY), "job", "list", "--address", address], env=_env(), capture_output=True, text=True)
             if probe.returncode == 0:
                 break

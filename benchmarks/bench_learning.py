@@ -25,6 +25,14 @@ Record the output in benchmarks/RESULTS.md.
 analyses a report written earlier (``contractrl report RUN_DIR ... --out runs/report_300``) instead of
 running the main job: arms trained apart on the same case keys, say at other SFT budgets, compared
 by the same figures. Its JSON holds no ``config`` or ``wall_s``: the runs' own directories have them.
+
+    python benchmarks/bench_learning.py --report runs/report_hint --pair runs/exp_a runs/exp_b [--json]
+
+compares two runs of one role in that report (say SFT with and without a prompt change), which the
+role tables cannot hold side by side: per family and pooled success of each, the paired difference
+B - A with its bootstrap interval and McNemar p, and the cases each side alone solved. Two SFT runs
+whose demonstrations differ by a tenth flip about one held-out case in ten, evenly both ways
+(RESULTS.md), so read a change on the families it touches, against that churn.
 """
 
 from __future__ import annotations
@@ -150,6 +158,68 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
     return out
 
 
+def run_episodes(episodes: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The episodes of one run, by its directory (a training output holds its evaluations below it),
+    indexed by case id; one system only, so each case has one episode."""
+    prefix = name.rstrip("/") + "/"
+    runs = sorted(r for r in episodes["run"].unique() if r == name.rstrip("/") or r.startswith(prefix))
+    if not runs:
+        raise SystemExit(f"no run {name!r} in the report; its runs: {', '.join(sorted(episodes['run'].unique()))}")
+    frame = episodes[episodes["run"].isin(runs)]
+    if frame["case_id"].duplicated().any():
+        raise SystemExit(f"{name!r} holds more than one episode per case ({', '.join(runs)}): name one of these runs")
+    return frame.set_index("case_id").sort_index()
+
+
+def pair_runs(episodes: pd.DataFrame, baseline: str, candidate: str, seed: int = 0) -> dict[str, Any]:
+    """candidate - baseline over the held-out cases both ran, with the cases each alone solved."""
+    a, b = run_episodes(episodes, baseline), run_episodes(episodes, candidate)
+    common = a.index.intersection(b.index)
+    if not len(common):
+        raise SystemExit(f"{baseline!r} and {candidate!r} share no case ids: they were not scored on one case set")
+    a, b = a.loc[common], b.loc[common]
+    gained = b["semantic_success"].astype(bool) & ~a["semantic_success"].astype(bool)
+    lost = a["semantic_success"].astype(bool) & ~b["semantic_success"].astype(bool)
+
+    def counts(index: pd.Index) -> dict[str, Any]:
+        return {"gained": int(gained.loc[index].sum()), "lost": int(lost.loc[index].sum())}
+
+    single = a.index[a["case_family"].isin(SINGLE_FIELD)]
+    figures = {"pooled": a.index, **({"single_field": single} if len(single) else {})}
+    return {
+        "baseline": baseline,
+        "candidate": candidate,
+        **{name: {**paired(a.loc[index], b.loc[index], seed=seed), **counts(index)} for name, index in figures.items()},
+        "families": {
+            family: {
+                "n": len(index),
+                "baseline": float(a.loc[index, "semantic_success"].mean()),
+                "candidate": float(b.loc[index, "semantic_success"].mean()),
+                **counts(index),
+            }
+            for family, index in a.groupby("case_family", sort=True).groups.items()
+        },
+        "gained": sorted(gained.index[gained]),
+        "lost": sorted(lost.index[lost]),
+    }
+
+
+def print_pair(result: dict[str, Any]) -> None:
+    pair = result["pair"]
+    print(f"A = {pair['baseline']}, B = {pair['candidate']}, {result['machine']}")
+    print("\n| family | n | A | B | gained | lost |\n|---|---|---|---|---|---|")
+    for family, row in pair["families"].items():
+        print(f"| {family} | {row['n']} | {row['baseline']:.3f} | {row['candidate']:.3f} | {row['gained']} | {row['lost']} |")
+    for name in ("single_field", "pooled"):
+        if name not in pair:
+            continue
+        p = pair[name]
+        print(
+            f"B - A, {name}: {p['a']:.3f} -> {p['b']:.3f}, {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
+            f"(n={p['n']}), McNemar p = {p['mcnemar_p']:.3g}; {p['gained']} gained, {p['lost']} lost"
+        )
+
+
 def _ratio(a: pd.Series, b: pd.Series) -> float | None:
     """a's mean over b's; None (JSON null, not NaN) where b generates nothing, like the heuristic."""
     return float(a.mean() / b.mean()) if b.mean() else None
@@ -199,12 +269,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as JSON (its last line)")
     parser.add_argument("--save", help="also write the JSON result to this file")
     parser.add_argument("--report", help="analyse this report directory (its episodes.parquet) instead of running")
+    parser.add_argument(
+        "--pair", nargs=2, metavar=("A", "B"), help="with --report: run B against run A (their directories) on shared cases"
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
+    if args.pair and not args.report:
+        parser.error("--pair compares two runs of a report: give --report REPORT_DIR")
     if args.report:
         if args.overrides:
             parser.error("--report analyses finished runs: key=value overrides do not apply")
-        result = analyse_report(Path(args.report))
+        result = analyse_report(Path(args.report), args.pair)
         return _emit(result, args)
     config = load_main_job_config(out=args.out, overrides=[*DEFAULTS, *args.overrides])
     start = time.perf_counter()
@@ -230,22 +305,25 @@ def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {bf16}, python {platform.python_version()}"
 
 
-def analyse_report(report_dir: Path) -> dict[str, Any]:
-    """The benchmark's figures over a report's scored episodes (every learned run in it)."""
+def analyse_report(report_dir: Path, pair: Sequence[str] | None = None) -> dict[str, Any]:
+    """The benchmark's figures over a report's scored episodes (every learned run in it), or, with
+    ``pair`` (A, B), run B against run A."""
     path = report_dir / "episodes.parquet"
     if not path.is_file():
         hint = f"write it with `contractrl report RUN_DIR ... --out {report_dir}`"
         raise SystemExit(f"no scored episodes at {path}: {hint}")
     episodes = pd.read_parquet(path)
     models = sorted(m for m in episodes["model"].unique() if m)
-    return {
+    head = {
         "model": ", ".join(models),
         "date": time.strftime("%Y-%m-%d"),
         "machine": _machine(),
         "report": str(report_dir),
         "cases": {"eval": int(episodes["case_id"].nunique())},
-        **analyse(episodes),
     }
+    if pair:
+        return {**head, "pair": pair_runs(episodes, *pair)}
+    return {**head, **analyse(episodes)}
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
@@ -254,6 +332,8 @@ def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
         Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result))
+    elif "pair" in result:
+        print_pair(result)
     else:
         print_report(result)
     return 0

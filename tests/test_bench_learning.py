@@ -1,0 +1,92 @@
+"""`bench_learning.py --report R --pair A B`: two runs of one role, compared case by case.
+
+The benchmark itself is run by hand (it trains for an hour); its report analysis is pure pandas over
+a report's ``episodes.parquet``, tested here on small hand-built frames whose answers are known.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "benchmarks" / "bench_learning.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _episodes(run: str, solved: dict[str, bool], family: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "run": run,
+            "case_id": list(solved),
+            "case_family": [family[c] for c in solved],
+            "semantic_success": list(solved.values()),
+            "arm": "contractrl",
+            "stage": "sft",
+            "policy": "hf:smollm2",
+            "model": "smollm2",
+        }
+    )
+
+
+FAMILY = {"c1": "wrong_type", "c2": "wrong_type", "c3": "multi_field", "c4": "multi_field", "c5": "unrepairable"}
+
+
+def _report(tmp_path: Path) -> Path:
+    a = _episodes("runs/a/eval/sft", {"c1": True, "c2": False, "c3": True, "c4": False, "c5": False}, FAMILY)
+    b = _episodes("runs/b/eval/sft", {"c1": True, "c2": True, "c3": False, "c4": True, "c5": False}, FAMILY)
+    report = tmp_path / "report"
+    report.mkdir()
+    pd.concat([a, b]).to_parquet(report / "episodes.parquet")
+    return report
+
+
+def test_pair_counts_gains_and_losses_per_family(bench: ModuleType, tmp_path: Path) -> None:
+    episodes = pd.read_parquet(_report(tmp_path) / "episodes.parquet")
+    pair = bench.pair_runs(episodes, "runs/a", "runs/b")
+    assert pair["gained"] == ["c2", "c4"] and pair["lost"] == ["c3"]
+    pooled = pair["pooled"]
+    assert (pooled["n"], pooled["a"], pooled["b"], pooled["gained"], pooled["lost"]) == (5, 0.4, 0.6, 2, 1)
+    assert pooled["diff"] == pytest.approx(0.2)
+    assert pooled["mcnemar_p"] == pytest.approx(1.0)  # 2 against 1 discordant pairs
+    assert pair["single_field"]["n"] == 2 and pair["single_field"]["gained"] == 1
+    assert pair["families"]["multi_field"] == {"n": 2, "baseline": 0.5, "candidate": 0.5, "gained": 1, "lost": 1}
+    assert pair["families"]["unrepairable"]["baseline"] == 0.0
+
+
+def test_pair_from_the_command_line(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = _report(tmp_path)
+    assert bench.main(["--report", str(report), "--pair", "runs/a", "runs/b/eval/sft", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["pair"]["candidate"] == "runs/b/eval/sft" and result["cases"] == {"eval": 5}
+    assert bench.main(["--report", str(report), "--pair", "runs/a", "runs/b"]) == 0
+    table = capsys.readouterr().out
+    assert "| multi_field | 2 | 0.500 | 0.500 | 1 | 1 |" in table
+    assert "B - A, pooled: 0.400 -> 0.600, +0.200" in table
+
+
+def test_pair_refuses_what_it_cannot_pair(bench: ModuleType, tmp_path: Path) -> None:
+    episodes = pd.read_parquet(_report(tmp_path) / "episodes.parquet")
+    with pytest.raises(SystemExit, match="no run 'runs/c' in the report; its runs: runs/a/eval/sft, runs/b/eval/sft"):
+        bench.pair_runs(episodes, "runs/a", "runs/c")
+    with pytest.raises(SystemExit, match="more than one episode per case"):
+        bench.pair_runs(episodes, "runs", "runs/a")  # "runs" holds both: one case, two episodes
+    other = _episodes("runs/d/eval/sft", {"x1": True}, {"x1": "wrong_type"})
+    with pytest.raises(SystemExit, match="share no case ids"):
+        bench.pair_runs(pd.concat([episodes, other]), "runs/a", "runs/d")
+    with pytest.raises(SystemExit):  # argparse: --pair needs a report to read
+        bench.main(["--pair", "runs/a", "runs/b"])

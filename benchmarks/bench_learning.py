@@ -141,6 +141,7 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
             **{column: paired(sft, grpo, column, seed) for column in ("retries", "masked_attempts", "generated_tokens")},
         }
     out["arms"] = {name: arm_summary(frame) for name, frame in systems.items()}
+    out["by_family"] = {name: success_by_family(frame) for name, frame in systems.items()}
     # the central comparison's subject: ContractRL, or Patch-SFT where a run stopped before GRPO
     name = next((n for n in ("contractrl", "patch_sft") if n in systems), None)
     if name is not None:
@@ -236,11 +237,12 @@ def _fmt(row: dict[str, Any]) -> str:
 def print_report(result: dict[str, Any]) -> None:
     took = f"{result['wall_s']:.0f} s" if "wall_s" in result else f"from {result['report']}"
     print(f"model {result['model']}, {result['cases']['eval']} held-out cases, {took}, {result['machine']}")
-    stages = [s for s in ("after_sft", "after_grpo") if s in result]
-    print("\n| family | " + " | ".join(stages) + " |")
-    print("|---|" + "---|" * len(stages))
+    # every system's success per family: after SFT (patch_sft) and GRPO (contractrl) and the others
+    columns = result["by_family"]
+    print("\n| family | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
     for family in [*result["families"], "single_field", "pooled"]:
-        print(f"| {family} | " + " | ".join(_fmt(result[s][family]) for s in stages) + " |")
+        print(f"| {family} | " + " | ".join(_fmt(c[family]) if family in c else "-" for c in columns.values()) + " |")
     if "paired" in result:
         pooled = result["paired"]
         nested = {key: value for key, value in pooled.items() if isinstance(value, dict)}

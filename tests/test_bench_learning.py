@@ -90,3 +90,23 @@ def test_pair_refuses_what_it_cannot_pair(bench: ModuleType, tmp_path: Path) -> 
         bench.pair_runs(pd.concat([episodes, other]), "runs/a", "runs/d")
     with pytest.raises(SystemExit):  # argparse: --pair needs a report to read
         bench.main(["--pair", "runs/a", "runs/b"])
+
+
+def test_report_tables_every_system_per_family(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """A report of one full-regeneration run has no SFT or GRPO stage; its family table is still filled."""
+    regen = _episodes("runs/r/eval/sft", {"c1": True, "c2": False, "c5": True}, FAMILY).assign(
+        arm="full_regen",
+        schema_valid=True,
+        collateral=[0, 2, 0],
+        generated_tokens=[50, 60, 1],
+        retries=0,
+        masked_attempts=0,
+        latency_s=1.0,
+        unsafe_dispatch=0,
+    )
+    result = {"model": "smollm2", "report": "r", "machine": "m", "cases": {"eval": 3}, **bench.analyse(regen)}
+    assert "after_sft" not in result and result["by_family"]["full_regen"]["wrong_type"] == {"success": 0.5, "n": 2}
+    bench.print_report(result)
+    table = capsys.readouterr().out
+    assert "| family | full_regen |" in table
+    assert "| wrong_type | 0.500 (n=2) |" in table and "| pooled | 0.667 (n=3) |" in table

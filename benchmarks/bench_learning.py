@@ -161,9 +161,10 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
 
 def run_episodes(episodes: pd.DataFrame, name: str) -> pd.DataFrame:
     """The episodes of one run, by its directory (a training output holds its evaluations below it),
-    indexed by case id; one system only, so each case has one episode."""
-    prefix = name.rstrip("/") + "/"
-    runs = sorted(r for r in episodes["run"].unique() if r == name.rstrip("/") or r.startswith(prefix))
+    indexed by case id; one system only, so each case has one episode. The directory may be given
+    as the report holds it or relative to here (``contractrl report`` stores absolute paths)."""
+    names = {name.rstrip("/"), str(Path(name).resolve())}
+    runs = sorted(r for r in episodes["run"].unique() if any(r == n or r.startswith(n + "/") for n in names))
     if not runs:
         raise SystemExit(f"no run {name!r} in the report; its runs: {', '.join(sorted(episodes['run'].unique()))}")
     frame = episodes[episodes["run"].isin(runs)]

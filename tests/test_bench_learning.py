@@ -110,3 +110,16 @@ def test_report_tables_every_system_per_family(bench: ModuleType, capsys: pytest
     table = capsys.readouterr().out
     assert "| family | full_regen |" in table
     assert "| wrong_type | 0.500 (n=2) |" in table and "| pooled | 0.667 (n=3) |" in table
+
+
+def test_pair_finds_a_run_the_report_holds_by_its_absolute_path(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    solved = {"c1": True, "c2": False}
+    a = _episodes(str(tmp_path / "runs" / "a" / "eval" / "after-sft"), solved, FAMILY)
+    b = _episodes(str(tmp_path / "runs" / "b" / "eval" / "after-sft"), {**solved, "c2": True}, FAMILY)
+    monkeypatch.chdir(tmp_path)
+    pair = bench.pair_runs(pd.concat([a, b]), "runs/a", "runs/b/")
+    assert pair["gained"] == ["c2"] and pair["pooled"]["n"] == 2
+    with pytest.raises(SystemExit, match="no run 'runs/ab'"):  # a prefix of a name is not a directory above it
+        bench.pair_runs(pd.concat([a, b]), "runs/ab", "runs/b")

@@ -28,8 +28,8 @@ by the same figures. Its JSON holds no ``config`` or ``wall_s``: the runs' own d
 
     python benchmarks/bench_learning.py --report runs/report_hint --pair runs/exp_a runs/exp_b [--json]
 
-compares two runs of one role in that report (say SFT with and without a prompt change), which the
-role tables cannot hold side by side: per family and pooled success of each, the paired difference
+compares two runs of that report, say two SFT runs with and without a prompt change (which the role
+tables cannot hold side by side) or two arms: per family and pooled success of each, the paired difference
 B - A with its bootstrap interval and McNemar p, and the cases each side alone solved. Two SFT runs
 whose demonstrations differ by a tenth flip about one held-out case in ten, evenly both ways
 (RESULTS.md), so read a change on the families it touches, against that churn.

@@ -126,11 +126,13 @@ def arm_summary(frame: pd.DataFrame) -> dict[str, Any]:
 
 def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
     systems = _systems(episodes)
+    by_family = {name: success_by_family(frame) for name, frame in systems.items()}
     out: dict[str, Any] = {"families": sorted(episodes["case_family"].unique())}
-    if "patch_sft" in systems:
-        out["after_sft"] = success_by_family(systems["patch_sft"])
-    if "contractrl" in systems:
-        out["after_grpo"] = success_by_family(systems["contractrl"])
+    # the keys for the two learned stages: the patch arm after SFT, ContractRL after GRPO
+    if "patch_sft" in by_family:
+        out["after_sft"] = by_family["patch_sft"]
+    if "contractrl" in by_family:
+        out["after_grpo"] = by_family["contractrl"]
     if {"patch_sft", "contractrl"} <= set(systems):
         sft, grpo = systems["patch_sft"], systems["contractrl"]
         single = sft[sft["case_family"].isin(SINGLE_FIELD)]
@@ -141,7 +143,7 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
             **{column: paired(sft, grpo, column, seed) for column in ("retries", "masked_attempts", "generated_tokens")},
         }
     out["arms"] = {name: arm_summary(frame) for name, frame in systems.items()}
-    out["by_family"] = {name: success_by_family(frame) for name, frame in systems.items()}
+    out["by_family"] = by_family
     # the central comparison's subject: ContractRL, or Patch-SFT where a run stopped before GRPO
     name = next((n for n in ("contractrl", "patch_sft") if n in systems), None)
     if name is not None:

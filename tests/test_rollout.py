@@ -61,6 +61,27 @@ def test_env_starts_from_the_public_report_and_dispatches_once() -> None:
     assert env.log.final_outcome == "accepted"
 
 
+@pytest.mark.parametrize(
+    "refused",
+    ['[{"op": "replace", "path": "/no_such_member", "value": 1}]', "not json at all", '[{"op": "remove", "path": ""}]'],
+)
+def test_a_refused_attempt_shows_the_real_report_next_never_the_noisy_one_again(refused: str) -> None:
+    """After any first attempt the report comes from the real verifier, also when the mask or the
+    parser refused the attempt and the call is unchanged."""
+    changed = 0
+    for case in _cases():
+        env = RepairEnv(case.public)
+        first = env.reset()
+        state, rec = env.step(refused)
+        assert rec.ops_applied == 0 and state.candidate == first.candidate
+        real = env.contract.verifier.verify(case.public.candidate)
+        assert state.report == real, case.public.family
+        changed += state.report != first.report
+        if case.public.family in ("wrong_pointer", "ambiguous_pointer", "malformed_feedback"):
+            assert first.report.to_dict() == case.public.report != real.to_dict()
+    assert changed == sum(c.public.family in ("wrong_pointer", "ambiguous_pointer", "malformed_feedback") for c in _cases())
+
+
 def test_env_retry_exposes_the_next_report_and_budgets_end_the_episode() -> None:
     case = next(c for c in _cases() if c.public.family == "wrong_type")
     env = RepairEnv(case.public)

@@ -1,13 +1,17 @@
 """The repair environment over one public case (plain Python; Ray actors wrap it elsewhere).
 
 ``reset`` exposes the case's public report, which for the feedback-noise families is deliberately
-imprecise; every later report comes from the real verifier. An accepted object is dispatched to
+imprecise; every later report comes from the real verifier. That holds after an attempt the mask
+or the parser refused too: the call is unchanged then and reset has verified it, so the second
+decision reads the real report, as it does after a patch that was applied and rejected. An
+accepted object is dispatched to
 the case's sandbox exactly once. The environment takes a :class:`PublicCase` and nothing else, so
 no offline field can reach a policy through it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,13 +90,17 @@ class RepairEnv:
         self.contract = RepairContract(verifier, Budgets(max_attempts=case.max_attempts, max_ops=case.max_ops), case.immutable)
         self.state: PublicState | None = None
         self.log = EpisodeLog()
+        self._public_report: VerifierReport | None = None
+        self._verified_report: VerifierReport | None = None
 
     def reset(self) -> PublicState:
         initial = self.contract.initial_state(self.case.candidate)
         # the case's public report is what the policy sees first (it may be deliberately noisy)
+        self._public_report = VerifierReport.from_dict(self.case.report)
+        self._verified_report = initial.report
         self.state = PublicState(
             candidate=initial.candidate,
-            report=VerifierReport.from_dict(self.case.report),
+            report=self._public_report,
             history=(),
             attempts_left=initial.attempts_left,
             ops_left=initial.ops_left,
@@ -123,6 +131,8 @@ class RepairEnv:
             outcome = make_sandbox(self.case.tool_family, self.case.world_seed).execute(self.case.tool, result.accepted_object)
             self.log.tool_result = outcome.to_dict()
         self.state = result.state
+        if self.state.report is self._public_report:  # a refused attempt: the call is the one reset verified
+            self.state = dataclasses.replace(self.state, report=self._verified_report)
         if self.state.done:
             self.log.final_outcome = (self.state.outcome or result.outcome).value
         rec = result.record

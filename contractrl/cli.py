@@ -194,11 +194,17 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         # absolute paths, so an actor whose working directory differs finds (or builds) the same files
         target = preset if preset in PRESETS else f"hf:{Path(preset).resolve()}" if Path(preset).exists() else spec
         load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
-        sampling = SamplingConfig(
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, do_sample=args.temperature > 0, seed=args.seed
-        )
         if args.policy_actors < 0 or args.gpus_per_actor < 0:
             raise ConfigError("--policy-actors and --gpus-per-actor must be >= 0")
+        if args.rejected_beams < 0:
+            raise ConfigError(f"--rejected-beams must be >= 0 (0 keeps such answers), got {args.rejected_beams}")
+        sampling = SamplingConfig(
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            do_sample=args.temperature > 0,
+            seed=args.seed,
+            rejected_beams=args.rejected_beams,
+        )
         if args.policy_actors > 0:  # the model loads inside each actor, once
             return _PolicyPools(
                 lambda feedback: ActorPolicy(
@@ -241,7 +247,13 @@ def _shutdown_policies(factory: Any) -> None:
         factory.shutdown()
 
 
-def _policy_actor_options(parser: argparse.ArgumentParser) -> None:
+def _hf_policy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rejected-beams",
+        type=int,
+        default=4,
+        help="hf policies, greedy: beams that replace an answer the episode has already seen rejected (0 = keep it)",
+    )
     parser.add_argument(
         "--policy-actors",
         type=int,
@@ -591,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_argument("--temperature", type=float, default=1.0, help="hf policies: sampling temperature")
     rollout.add_argument("--mode", choices=MODES, default="same_information", help="hf policies: which public blocks")
     rollout.add_argument("--feedback", choices=FEEDBACK, default="full", help="hf policies: how much of the typed report")
-    _policy_actor_options(rollout)
+    _hf_policy_options(rollout)
     rollout.add_argument("--label", type=_label, action="append", metavar="KEY=VALUE", help="a run label for the report")
     rollout.add_argument("--out", required=True, help="a new run directory")
     rollout.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -613,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("--n", type=int, default=64, help="noise and transfer: held-out cases to generate")
     study.add_argument("--max-new-tokens", type=int, default=160, help="hf policies: generation budget per attempt")
     study.add_argument("--temperature", type=float, default=0.0, help="hf policies: 0 = greedy")
-    _policy_actor_options(study)
+    _hf_policy_options(study)
     study.add_argument("--config", help="transfer: the training config YAML")
     study.add_argument("overrides", nargs="*", metavar="key=value", help="transfer: training config overrides")
     study.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -186,7 +186,12 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
         from .trainer.presets import load_model
 
         whole = config.whole_object
-        sampling = SamplingConfig(max_new_tokens=whole.max_new_tokens, do_sample=False, batch_size=config.train.eval.batch_size)
+        sampling = SamplingConfig(
+            max_new_tokens=whole.max_new_tokens,
+            do_sample=False,
+            batch_size=config.train.eval.batch_size,
+            rejected_beams=config.train.eval.rejected_beams,
+        )
         load = functools.partial(load_model, str(Path(whole_dir).resolve()))
         spec = PolicySpec(load, "constrained", sampling=sampling, name=model_label, cpu_bf16=config.train.model.cpu_bf16)
         policy: Policy = (

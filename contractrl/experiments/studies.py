@@ -176,7 +176,12 @@ def transfer_study(
     if unknown or len(families) < 2:
         raise ValueError(f"transfer needs at least two of {', '.join(TOOL_FAMILIES)}, got {list(families)}")
     root = Path(out_root)
-    sampling = SamplingConfig(max_new_tokens=config.eval.max_new_tokens, do_sample=False, batch_size=config.eval.batch_size)
+    sampling = SamplingConfig(
+        max_new_tokens=config.eval.max_new_tokens,
+        do_sample=False,
+        batch_size=config.eval.batch_size,
+        rejected_beams=config.eval.rejected_beams,
+    )
     runs = []
     for heldout in families:
         trained_on = tuple(f for f in families if f != heldout)

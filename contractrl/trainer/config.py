@@ -322,6 +322,12 @@ class EvalConfig:
     enabled: bool = setting(True, help="evaluate the held-out cases after each stage")
     max_new_tokens: int = setting(96, help="generation limit per answer")
     batch_size: int = setting(16, help="prompts per generation call")
+    rejected_beams: int = setting(
+        4, help="beams that replace an answer the episode has already seen rejected (0 keeps it; rollout/known_rejected.py)"
+    )
+
+    def __post_init__(self) -> None:
+        check(self.rejected_beams >= 0, f"eval.rejected_beams must be >= 0 (0 keeps such answers), got {self.rejected_beams}")
 
 
 @dataclass(frozen=True)

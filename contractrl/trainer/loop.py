@@ -321,7 +321,9 @@ class Trainer:
     def _evaluate(self, stage: str, tracker: Tracker, global_step: int) -> dict[str, Any]:
         """Greedy decoding on the held-out cases, one episode each, scored after a freeze."""
         cfg = self.config.eval
-        sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, do_sample=False, batch_size=cfg.batch_size)
+        sampling = SamplingConfig(
+            max_new_tokens=cfg.max_new_tokens, do_sample=False, batch_size=cfg.batch_size, rejected_beams=cfg.rejected_beams
+        )
         arm = self.config.sft.arm if stage == "sft" else self.config.grpo.arm
         policy = GroupPolicy(self.group, sampling, arm, name=self.config.model.label)
         episodes = EpisodeRunner(policy, self.pool, arm=arm).run_episodes(self.eval_cases, group=1, seed=self.config.seed)

@@ -79,6 +79,32 @@ def test_a_patch_the_mask_refused_is_known_to_fail_on_the_same_call_only() -> No
     assert not known_rejected(_patch("/another_missing_member", 1), case.public, state, "contractrl")
 
 
+def _dropped_brace(answer: str) -> str:
+    """The answer with its last closing brace (else its last character) lost: the malformed text
+    SmolLM2 resent verbatim."""
+    cut = answer.rfind("}")
+    cut = cut if cut >= 0 else len(answer) - 1
+    return answer[:cut] + answer[cut + 1 :]
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_a_text_the_parser_refused_is_known_to_fail_when_resent_verbatim(arm: str) -> None:
+    case = _first("missing_required")
+    env = RepairEnv(case.public, arm)
+    state = env.reset()
+    gold = json.dumps(case.offline.target if arm in WHOLE_OBJECT_ARMS else case.offline.target_patch)
+    malformed = _dropped_brace(gold)
+    assert not known_rejected(malformed, case.public, state, arm)  # never sent: not judged
+    state, record = env.step(malformed)
+    assert record.outcome in ("malformed_json", "truncated") and not env.done
+    assert known_rejected(malformed, case.public, state, arm)
+    assert known_rejected(f"  {malformed}\n", case.public, state, arm)
+    assert not known_rejected(_dropped_brace(malformed), case.public, state, arm)  # another text: not judged
+    assert not known_rejected(gold, case.public, state, arm)
+    _, again = env.step(malformed)
+    assert again.outcome == record.outcome
+
+
 @pytest.mark.parametrize("arm", WHOLE_OBJECT_ARMS)
 def test_whole_object_arms_know_the_failed_call_and_their_rejected_objects(arm: str) -> None:
     case = _first("constraint_violation")
@@ -113,22 +139,25 @@ def test_an_answer_known_to_fail_is_never_one_the_validator_accepts(arm: str) ->
     rng = random.Random(5)
     flagged = 0
     for case in _cases():
-        first = RepairEnv(case.public, arm)
-        first.reset()
         earlier = rejected_attempt(case, arm)
         if earlier is None:
             continue
-        state, _ = first.step(earlier)
-        if first.done:
-            continue
-        answers = _answers(case, rng) if arm not in WHOLE_OBJECT_ARMS else [earlier, json.dumps(case.offline.target)]
-        for answer in answers:
-            if not known_rejected(answer, case.public, state, arm):
-                continue
-            flagged += 1
+        gold = json.dumps(case.offline.target if arm in WHOLE_OBJECT_ARMS else case.offline.target_patch)
+        answers = _answers(case, rng) if arm not in WHOLE_OBJECT_ARMS else [earlier, gold]
+        # every answer after a typical rejected first attempt and after a malformed one, that attempt resent too
+        for first_text in (earlier, _dropped_brace(gold)):
             env = RepairEnv(case.public, arm)
             env.reset()
-            env.step(earlier)
-            _, record = env.step(answer)
-            assert record.outcome != "accepted", (case.public.case_id, answer)
+            state, _ = env.step(first_text)
+            if env.done:
+                continue
+            for answer in [*answers, first_text]:
+                if not known_rejected(answer, case.public, state, arm):
+                    continue
+                flagged += 1
+                replay = RepairEnv(case.public, arm)
+                replay.reset()
+                replay.step(first_text)
+                _, record = replay.step(answer)
+                assert record.outcome != "accepted", (case.public.case_id, first_text, answer)
     assert flagged >= 100  # the rule is exercised, not vacuous

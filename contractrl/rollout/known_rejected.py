@@ -2,14 +2,16 @@
 
 The validator is deterministic, so an answer that leads to an object it has already rejected in this
 episode is a wasted attempt before it is sent: a patch whose result is the failed call or an earlier
-patched call, a whole object equal to one of them, or the same patch resubmitted to the same call
-after the action mask refused it. Measured with SmolLM2 after 300 SFT steps (benchmarks/RESULTS.md),
-12 of 130 held-out episodes ended by resubmitting their first attempt verbatim.
+patched call, a whole object equal to one of them, the same patch resubmitted to the same call
+after the action mask refused it, or a text resent verbatim after the parser refused it. Measured
+with SmolLM2 after 300 SFT steps (benchmarks/RESULTS.md), 12 of 130 held-out episodes ended by
+resubmitting their first attempt verbatim; with the rule's first version in place, 2 still did,
+each a patch whose value had lost a closing brace.
 
-Everything here is read from the public state: the failed call, the policy's own earlier attempts,
-and RFC 6902 application, which is pure. Nothing is verified: an answer that leads to an object not
-seen before is not judged, so a policy that uses this learns nothing about validity it did not
-already have in its history.
+Everything here is read from the public state (the failed call and the policy's own earlier
+attempts) with pure functions: the strict parser and RFC 6902 application. Nothing is verified: an
+answer that leads to an object not seen before is not judged, so a policy that uses this learns
+nothing about validity it did not already have in its history.
 """
 
 from __future__ import annotations
@@ -49,24 +51,31 @@ def rejected_objects(case: PublicCase, state: PublicState, arm: str) -> list[Any
 def known_rejected(text: str, case: PublicCase, state: PublicState, arm: str) -> bool:
     """Whether ``text`` is an answer the validator would reject because it already has."""
     if arm in WHOLE_OBJECT_ARMS:
+        # a text sent before was refused by the parser, or made an object the validator rejected
+        if any(record.raw.strip() == text.strip() for record in state.history):
+            return True
         parsed = parse_response(text)
         return parsed.is_value and any(json_identical(parsed.value, seen) for seen in rejected_objects(case, state, arm))
     action = _patch(text, max(state.ops_left, 1))
+    ops = canonical_json([op.to_dict() for op in action.ops]) if action is not None else None
+    if _refused_on_this_call(state, text, ops):  # the parser or the mask refuses it again
+        return True
     if action is None:
         return False
-    ops = canonical_json([op.to_dict() for op in action.ops])
-    if _refused_on_this_call(state, ops):  # the mask refuses them again
-        return True
     applied = apply_patch(state.candidate, action.ops)
     return applied.ok and any(json_identical(applied.document, seen) for seen in rejected_objects(case, state, arm))
 
 
-def _refused_on_this_call(state: PublicState, ops: str) -> bool:
-    """Whether these canonical ``ops`` were refused on the current call (no patch applied since)."""
+def _refused_on_this_call(state: PublicState, text: str, ops: str | None) -> bool:
+    """Whether this text, or these canonical ``ops``, were refused on the current call (no patch
+    applied since): an attempt that applied nothing was refused by the parser, the mask or RFC 6902
+    application, all pure functions of the text and the call."""
     for record in reversed(state.history):
         if record.ops_applied:
             return False
-        if record.ops and canonical_json(list(record.ops)) == ops:
+        if record.raw.strip() == text.strip():
+            return True
+        if ops is not None and record.ops and canonical_json(list(record.ops)) == ops:
             return True
     return False
 

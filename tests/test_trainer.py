@@ -234,6 +234,34 @@ def test_later_decision_demonstrations_replay_a_rejected_attempt() -> None:
         demonstrations(cases, "patch_sft", abstain_repeat=0)
 
 
+def test_noisy_report_retries_demonstrate_the_decision_that_shows_the_real_report() -> None:
+    """``noisy_retries``: only cases whose first report is a rewrite gain a later decision, every one
+    of them is reached, and its state shows the verifier's true report, not the noisy one again."""
+    from contractrl.tasks.demonstrations import demonstrations, has_noisy_report, rejected_attempt
+    from contractrl.trainer.loop import replay_state
+
+    cases = generate_cases(GenerateConfig(seed=9, n=39))
+    noisy = {c.public.case_id: c for c in cases if has_noisy_report(c)}
+    assert {c.public.family for c in noisy.values()} == {"ambiguous_pointer", "wrong_pointer", "malformed_feedback"}
+    for arm in ("patch_sft", "full_regen"):
+        demos = demonstrations(cases, arm, noisy_retries=True)
+        later = [d for d in demos if d.earlier]
+        assert len(demos) == len(cases) + len(later)
+        assert sorted(d.case.case_id for d in later) == sorted(noisy)
+        for demo in later:
+            case = noisy[demo.case.case_id]
+            state = replay_state(demo, arm)
+            assert state is not None and not state.done
+            assert state.report.to_dict() == case.offline.corruption["true_report"] != case.public.report
+            assert demo.answer == demonstrations([case], arm)[0].answer
+    # the pointer-less garbled report still gets a rejected attempt: the first member put back
+    garbled = next(c for c in noisy.values() if c.public.family == "malformed_feedback")
+    assert rejected_attempt(garbled, "patch_sft") is None
+    (op,) = json.loads(rejected_attempt(garbled, "patch_sft", root_fallback=True) or "[]")
+    first = min(garbled.public.candidate)
+    assert op == {"op": "replace", "path": f"/{first}", "value": garbled.public.candidate[first]}
+
+
 def test_contrast_demonstrations_state_the_withheld_value_and_repair_with_it() -> None:
     """``contrast``: each unrepairable case gains its minimal pair. The pair keeps the call and the
     report, its request states the withheld value where the heuristic's reader finds it, and its

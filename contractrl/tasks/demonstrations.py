@@ -19,6 +19,12 @@ An unrepairable case and a missing_required case carry the same report; only the
 whether the value can be found. ``contrast=True`` pairs each unrepairable case with its minimal
 contrast: the same call and report, the withheld value stated in the request, and the repair as
 the answer. Measured in benchmarks/RESULTS.md; off by default.
+
+A noisy first report (a wrong or parent pointer, a garbled message) is the one case where the
+later decision shows something new: after a rejected attempt the environment reports what the
+verifier really found. ``noisy_retries=True`` demonstrates that decision for those cases only
+(their corruption records the true report), so it costs few first decisions; where the noisy
+report names no pointer, the rejected attempt puts back the candidate's first member unchanged.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..validators.jsonvalue import canonical_json
-from ..validators.pointer import parse_pointer, resolve
+from ..validators.pointer import format_pointer, parse_pointer, resolve
 from .arms import ARMS, PATCH_ARMS, WHOLE_OBJECT_ARMS
 from .cases import ABSTAIN, Case, PublicCase
 from .catalog import get_tool
@@ -56,7 +62,7 @@ def gold_answer(case: Case, arm: str) -> str:
     raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(ARMS)}")
 
 
-def rejected_attempt(case: Case, arm: str) -> str | None:
+def rejected_attempt(case: Case, arm: str, *, root_fallback: bool = False) -> str | None:
     """A first attempt a weak policy typically makes and the validator rejects, or None.
 
     Whole-object arms resubmit the failed call. Patch arms edit the first reported pointer: they
@@ -65,6 +71,9 @@ def rejected_attempt(case: Case, arm: str) -> str | None:
     either edit is refused by the mask, which is the case the abstention must follow. Where the
     answer is ABSTAIN the attempt never carries the target's value: a withheld value must not
     appear in the prompt of a demonstration that teaches it cannot be known.
+
+    A report without a pointer gives None, unless ``root_fallback``: then the candidate's first
+    member (in sorted order) is put back unchanged, the guess of a policy that cannot locate it.
     """
     if arm in WHOLE_OBJECT_ARMS:
         return canonical_json(case.public.candidate)
@@ -72,6 +81,8 @@ def rejected_attempt(case: Case, arm: str) -> str | None:
     if not errors:
         return None
     pointer = str(errors[0].get("pointer", ""))
+    if not pointer and root_fallback and isinstance(case.public.candidate, dict) and case.public.candidate:
+        pointer = format_pointer([min(case.public.candidate)])
     if not pointer:  # a root edit rewrites the whole call: not a patch a repair policy makes
         return None
     tokens = parse_pointer(pointer)
@@ -102,20 +113,33 @@ def contrast_demonstration(case: Case, arm: str) -> Demonstration | None:
     raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(ARMS)}")
 
 
+def has_noisy_report(case: Case) -> bool:
+    """Whether the case's public first report is a rewrite of what the verifier found."""
+    return "true_report" in case.offline.corruption
+
+
 def demonstrations(
-    cases: Sequence[Case], arm: str, *, retries: bool = False, abstain_repeat: int = 1, contrast: bool = False
+    cases: Sequence[Case],
+    arm: str,
+    *,
+    retries: bool = False,
+    noisy_retries: bool = False,
+    abstain_repeat: int = 1,
+    contrast: bool = False,
 ) -> list[Demonstration]:
     """Each case's first decision, repeated ``abstain_repeat`` times where the answer is ABSTAIN
-    (the rare answer of a first-token choice), then its later decision when ``retries``, then its
-    minimal contrast when ``contrast`` (unrepairable cases only)."""
+    (the rare answer of a first-token choice), then its later decision when ``retries`` (or when
+    ``noisy_retries`` and its first report is noisy), then its minimal contrast when ``contrast``
+    (unrepairable cases only)."""
     if abstain_repeat < 1:
         raise ConfigError(f"abstain_repeat must be >= 1, got {abstain_repeat}")
     out: list[Demonstration] = []
     for case in cases:
         answer = gold_answer(case, arm)
         out.extend([Demonstration(case.public, answer)] * (abstain_repeat if answer == ABSTAIN else 1))
-        if retries:
-            earlier = rejected_attempt(case, arm)
+        noisy = noisy_retries and has_noisy_report(case)
+        if retries or noisy:
+            earlier = rejected_attempt(case, arm, root_fallback=noisy)
             if earlier is not None and earlier != answer:
                 out.append(Demonstration(case.public, answer, (earlier,)))
         if contrast and (paired := contrast_demonstration(case, arm)) is not None:
@@ -123,4 +147,11 @@ def demonstrations(
     return out
 
 
-__all__ = ["Demonstration", "contrast_demonstration", "demonstrations", "gold_answer", "rejected_attempt"]
+__all__ = [
+    "Demonstration",
+    "contrast_demonstration",
+    "demonstrations",
+    "gold_answer",
+    "has_noisy_report",
+    "rejected_attempt",
+]

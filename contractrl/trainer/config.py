@@ -164,6 +164,11 @@ class SFTConfig:
         help="also demonstrate the decision after a typical rejected attempt (tasks/demonstrations.py); "
         "off: with SmolLM2 it diluted first decisions and did not stop repeated attempts (RESULTS.md)",
     )
+    noisy_report_retries: bool = setting(
+        False,
+        help="also demonstrate the decision after a rejected attempt for cases whose first report is noisy (a "
+        "wrong or parent pointer, a garbled message): the first decision to show the verifier's real report",
+    )
     abstain_repeat: int = setting(1, help="repeat ABSTAIN demonstrations this many times (a rare first-token choice)")
     contrast_unrepairable: bool = setting(
         False,

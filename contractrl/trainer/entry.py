@@ -183,6 +183,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
                 train_cases,
                 config.sft.arm,
                 retries=config.sft.retry_demos,
+                noisy_retries=config.sft.noisy_report_retries,
                 abstain_repeat=config.sft.abstain_repeat,
                 contrast=config.sft.contrast_unrepairable,
             ),

@@ -75,8 +75,17 @@ def _metrics(out: Path) -> list[dict[str, Any]]:
 
 def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     out = tmp_path / "run"
-    # kl_coef > 0: the reference log-probs come from the same model with the LoRA adapter switched off
-    overrides = [*IN_PROCESS, "wandb.mode=offline", f"model.name={warm_model}", "grpo.kl_coef=0.05"]
+    # kl_coef > 0: the reference log-probs come from the same model with the LoRA adapter switched off.
+    # First decisions only: three steps of the same kind of demonstration, so the loss can fall
+    # (contrast pairs and later decisions have their own tests below)
+    overrides = [
+        *IN_PROCESS,
+        "wandb.mode=offline",
+        f"model.name={warm_model}",
+        "grpo.kl_coef=0.05",
+        "sft.contrast_unrepairable=false",
+        "sft.noisy_report_retries=false",
+    ]
     result = train(_config(out, model_cache, *overrides), progress=False)
     rows = _metrics(out)
     assert [r["stage"] for r in rows] == ["sft"] * 3 + ["grpo"] * 3

@@ -18,13 +18,14 @@ costs first decisions at a fixed step budget, so the trainer leaves it off by de
 An unrepairable case and a missing_required case carry the same report; only the request says
 whether the value can be found. ``contrast=True`` pairs each unrepairable case with its minimal
 contrast: the same call and report, the withheld value stated in the request, and the repair as
-the answer. Measured in benchmarks/RESULTS.md; off by default.
+the answer. Measured in benchmarks/RESULTS.md; the trainer's config turns it on by default.
 
 A noisy first report (a wrong or parent pointer, a garbled message) is the one case where the
 later decision shows something new: after a rejected attempt the environment reports what the
 verifier really found. ``noisy_retries=True`` demonstrates that decision for those cases only
 (their corruption records the true report), so it costs few first decisions; where the noisy
 report names no pointer, the rejected attempt puts back the candidate's first member unchanged.
+The trainer's config turns it on by default (measured in benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_are_the_main_jobs_training() -> None:
-    """One default: ``contractrl run`` trains TrainConfig's defaults, and tiny.yaml only differs."""
-    from contractrl.pipeline import load_main_job_config
+    """One default: ``contractrl run`` trains TrainConfig's defaults with exactly MAIN_JOB's budget
+    changes on top, and tiny.yaml only differs."""
+    from contractrl.configtree import merge
+    from contractrl.pipeline import MAIN_JOB, load_main_job_config
 
     config = load_config(TrainConfig)
     assert config.model.name == "smollm2" and config.model.lora.enabled
@@ -27,7 +29,8 @@ def test_defaults_are_the_main_jobs_training() -> None:
     defaults = to_dict(config)
     assert main_job.pop("out") == "runs/main/train" and main_job.pop("resume") is True
     defaults.pop("out"), defaults.pop("resume")
-    assert main_job == defaults
+    assert main_job != defaults and main_job == merge(defaults, MAIN_JOB["train"])
+    assert set(MAIN_JOB) == {"train"}  # the budget changes touch training only
     tiny = load_config(TrainConfig, ROOT / "tune_configs" / "tiny.yaml")
     assert tiny.model.name == "tiny" and not tiny.model.lora.enabled
 

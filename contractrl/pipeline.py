@@ -108,7 +108,7 @@ def load_main_job_config(
     *, quick: bool = False, out: str | None = None, overrides: list[str] | tuple[str, ...] = ()
 ) -> MainJobConfig:
     """The embedded default, then ``--quick``, then ``--out``, then ``key=value`` overrides."""
-    data: dict[str, Any] = merge(merge({}, MAIN_JOB), QUICK) if quick else merge({}, MAIN_JOB)
+    data = merge(MAIN_JOB, QUICK if quick else {})
     data.setdefault("out", MainJobConfig.out)
     if out is not None:
         data = merge(data, {"out": out})

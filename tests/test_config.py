@@ -106,6 +106,8 @@ def test_yaml_then_overrides_win(tmp_path: Path) -> None:
         ("grpo.baseline=median", "one of 'mean', 'leave_one_out'"),
         ("stages=[grpo, sft]", "stages run in the order sft, grpo"),
         ("data.families=[nope]", "data.families: unknown ['nope']"),
+        ("grpo.families=[nope]", "grpo.families: unknown ['nope']"),
+        ("grpo.families=[]", "grpo.families: at least one family is needed"),
         ("model.name=gpt", "model.name must be tiny"),
         ("deepspeed.zero_stage=3", "deepspeed.zero_stage must be 0, 1 or 2 (ZeRO-3 is not supported)"),
         ("resources.ray=false", "resources.ray=false runs one colocated learner"),
@@ -122,6 +124,13 @@ def test_yaml_then_overrides_win(tmp_path: Path) -> None:
 def test_bad_overrides_are_clear_errors(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(TrainConfig, None, [override])
+
+
+def test_grpo_families_must_meet_the_data_families() -> None:
+    with pytest.raises(ConfigError, match=re.escape("shares no family with data.families")):
+        load_config(TrainConfig, None, ["data.families=[wrong_type]", "grpo.families=[unrepairable]"])
+    # SFT alone does not draw GRPO cases
+    assert load_config(TrainConfig, None, ["data.families=[wrong_type]", "grpo.families=[unrepairable]", "stages=[sft]"])
 
 
 def test_bad_files(tmp_path: Path) -> None:

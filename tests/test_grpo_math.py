@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from contractrl.rollout.ledger import decode_row  # noqa: E402
 from contractrl.trainer.config import RewardConfig  # noqa: E402
-from contractrl.trainer.grpo import clipped_policy_loss, group_advantages  # noqa: E402
+from contractrl.trainer.grpo import clipped_policy_loss, decision_advantages, group_advantages  # noqa: E402
 from contractrl.trainer.loop import batch_indices, derived_seed  # noqa: E402
 from contractrl.trainer.reward import episode_reward, masked_actions  # noqa: E402
 
@@ -35,6 +35,33 @@ def test_zero_variance_groups_carry_nothing() -> None:
         group_advantages([1.0])
     with pytest.raises(ValueError, match="unknown baseline"):
         group_advantages([1.0, 0.0], baseline="median")
+
+
+def _rows(advantages: list[list[float]]) -> list[tuple[float, ...]]:
+    """Nested advantages rounded for comparison (pytest.approx takes no nested lists)."""
+    return [tuple(round(a, 9) for a in row) for row in advantages]
+
+
+def test_decision_credit_compares_a_later_decision_only_with_episodes_that_reached_it() -> None:
+    # three first-try successes (0.97) and one repair on the second attempt (0.87)
+    rewards, decisions = [0.97, 0.97, 0.97, 0.87], [1, 1, 1, 2]
+    episode = decision_advantages(rewards, decisions, credit="episode", scale_std=False)
+    # per episode: the second attempt's good repair is pushed down with the rejected first one
+    assert _rows(episode) == _rows([[0.025], [0.025], [0.025], [-0.075, -0.075]])
+    decision = decision_advantages(rewards, decisions, credit="decision", scale_std=False)
+    # per decision: the first decisions as before; the second one reached alone, nothing to compare
+    assert _rows(decision) == _rows([[0.025], [0.025], [0.025], [-0.075, 0.0]])
+    # two episodes reached a second decision: one repaired (0.87), one abstained (-0.1)
+    rewards, decisions = [0.97, 0.97, 0.87, -0.1], [1, 1, 2, 2]
+    decision = decision_advantages(rewards, decisions, credit="decision", scale_std=False)
+    mean = sum(rewards) / 4
+    assert _rows(decision) == _rows([[0.97 - mean], [0.97 - mean], [0.87 - mean, 0.485], [-0.1 - mean, -0.485]])
+    per_episode = group_advantages(rewards)
+    assert decision_advantages(rewards, decisions) == [[a] * n for a, n in zip(per_episode, decisions, strict=True)]
+    with pytest.raises(ValueError, match="unknown credit"):
+        decision_advantages(rewards, decisions, credit="turn")
+    with pytest.raises(ValueError, match="3 rewards for 4 episodes"):
+        decision_advantages(rewards[:3], decisions)
 
 
 def test_clipped_loss_by_hand() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,15 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 pytest.importorskip("transformers", reason="transformers is not installed")
 
 from contractrl.cli import main  # noqa: E402
+from contractrl.errors import ConfigError  # noqa: E402
 from contractrl.rollout.env import RepairEnv, episode_row  # noqa: E402
 from contractrl.rollout.hf_policy import HFPolicy, SamplingConfig, answer_complete  # noqa: E402
 from contractrl.rollout.ledger import read_ledger  # noqa: E402
 from contractrl.rollout.policies import Observation  # noqa: E402
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.tasks.store import read_public  # noqa: E402
+from contractrl.trainer.config import LoraConfig  # noqa: E402
+from contractrl.trainer.learner import peft_lora_config  # noqa: E402
 from contractrl.trainer.presets import build_tiny, load_model, tokenizer_corpus, train_tiny_tokenizer  # noqa: E402
 from contractrl.validators import Verifier  # noqa: E402
 
@@ -119,6 +123,22 @@ def test_constrained_decoding_emits_schema_shaped_objects(tiny: tuple, observati
     assert finished >= 1
 
 
+def test_xgrammar_warnings_reach_the_log_once(
+    tiny: tuple, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """xgrammar's C++ compiler warns on fd 2 at every compile; the policy routes it through logging."""
+    model, tokenizer, _ = tiny
+    policy = HFPolicy(model, tokenizer, arm="constrained", sampling=SamplingConfig(max_new_tokens=8, do_sample=False))
+    schema = {"type": "object", "properties": {"ref": {"type": "string", "pattern": "^(?!/)[a-q]+$"}}, "required": ["ref"]}
+    capfd.readouterr()
+    with caplog.at_level(logging.DEBUG, logger="contractrl.rollout.native_log"):
+        policy._grammar_processor([schema, {**schema, "title": "compiled again"}])
+    assert "(?!/)[a-q]" not in capfd.readouterr().err
+    lookahead = [r for r in caplog.records if "(?!/)[a-q]" in r.getMessage()]
+    assert [r.levelno for r in lookahead] == [logging.WARNING, logging.DEBUG]
+    assert "xgrammar: " in lookahead[0].getMessage()
+
+
 @pytest.mark.parametrize("attempts", [2, 3])
 def test_an_answer_known_to_fail_is_never_sent_again(tiny: tuple, attempts: int) -> None:
     """Greedy decoding replaces a resubmission with a beam not known to fail; with none, it
@@ -177,3 +197,60 @@ def test_rollout_cli_with_an_hf_model(tiny: tuple, tmp_path: Path, capsys: pytes
     for row in rows:  # fail closed: whatever an untrained model wrote, only valid objects were dispatched
         if row["accepted"]:
             assert Verifier.build(schemas[row["case_id"]]).verify(row["dispatched"]).accepted
+
+
+def _trained_adapter(base: Any, tokenizer: Any, out: Path, seed: int) -> Path:
+    """A LoRA adapter on ``base`` with non-zero weights (a fresh one merges to the base itself)."""
+    from peft import get_peft_model
+
+    model = get_peft_model(base, peft_lora_config(LoraConfig(), base.config.num_hidden_layers))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_an_adapter_trained_on_an_adapter_loads_with_both(tiny: tuple, tmp_path: Path) -> None:
+    """GRPO from ``RUN/stages/sft`` trains a fresh adapter on the merged SFT policy: loaded anywhere
+    else (``contractrl rollout --policy hf:RUN/adapter``), it must bring the SFT adapter with it."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    _, tokenizer, base_path = tiny
+    first = _trained_adapter(AutoModelForCausalLM.from_pretrained(base_path), tokenizer, tmp_path / "sft", seed=1)
+    sft_policy, _ = load_model(str(first), device="cpu")
+    assert sft_policy.name_or_path == str(first.resolve())
+    second = _trained_adapter(sft_policy, tokenizer, tmp_path / "grpo", seed=2)
+    assert json.loads((second / "adapter_config.json").read_text())["base_model_name_or_path"] == str(first.resolve())
+
+    loaded, _ = load_model(str(second), device="cpu")
+    both = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), first).merge_and_unload()
+    both = PeftModel.from_pretrained(both, second).merge_and_unload().eval()
+    second_alone = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), second).merge_and_unload().eval()
+    ids = torch.tensor([tokenizer.encode('[{"op": "replace", "path": "/a", "value": 1}]')])
+    with torch.no_grad():
+        logits = loaded(ids).logits
+        assert torch.allclose(logits, both(ids).logits, atol=1e-5)
+        assert not torch.allclose(logits, second_alone(ids).logits, atol=1e-3)
+
+
+def test_a_circular_or_baseless_adapter_is_a_config_error(tiny: tuple, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    _, tokenizer, base_path = tiny
+    adapter = _trained_adapter(AutoModelForCausalLM.from_pretrained(base_path), tokenizer, tmp_path / "a", seed=3)
+    config_file = adapter / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "base_model_name_or_path": str(adapter.resolve())}))
+    with pytest.raises(ConfigError, match="circular"):
+        load_model(str(adapter), device="cpu")
+    config_file.write_text(json.dumps({**config, "base_model_name_or_path": None}))
+    with pytest.raises(ConfigError, match="does not name its base model"):
+        load_model(str(adapter), device="cpu")
+    config_file.write_text(json.dumps({**config, "base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(ConfigError, match="cannot load model"):
+        load_model(str(adapter), device="cpu")

@@ -25,6 +25,7 @@ from contractrl.rollout.ledger import read_ledger  # noqa: E402
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.trainer.config import TrainConfig  # noqa: E402
 from contractrl.trainer.entry import train  # noqa: E402
+from contractrl.trainer.loop import grpo_cases  # noqa: E402
 from contractrl.validators.jsonvalue import canonical_json  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "contractrl"
@@ -157,6 +158,26 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, mode
     assert (again.global_step, again.rollout_digest, again.evals) == (resumed.global_step, resumed.rollout_digest, resumed.evals)
     with pytest.raises(ConfigError, match=r"config differs in grpo\.steps"):
         train(_config(tmp_path / "b", model_cache, *common, "resume=true", "grpo.steps=4"))
+
+
+def test_grpo_draws_its_cases_from_grpo_families_only(tmp_path: Path, model_cache: str, warm_model: str) -> None:
+    """SFT sees every family; GRPO's rollouts come only from ``grpo.families`` (here two of the twelve
+    training cases, so drawing from all twelve would almost surely show another family)."""
+    out = tmp_path / "run"
+    extra = ["stages=[grpo]", "eval.enabled=false", "wandb.mode=disabled", "grpo.families=[wrong_type,missing_required]"]
+    train(_config(out, model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra), progress=False)
+    families = [row["case_family"] for step in sorted((out / "rollouts").iterdir()) for row in read_ledger(step)]
+    assert len(families) == 12 and set(families) == {"wrong_type", "missing_required"}
+    none = [*IN_PROCESS, f"model.name={warm_model}", *extra[:-1], "grpo.families=[unrepairable]"]
+    with pytest.raises(ConfigError, match="none of the 12 training cases"):  # the 12 hold no unrepairable case
+        train(_config(tmp_path / "none", model_cache, *none))
+
+
+def test_grpo_cases_keep_the_training_order_and_default_to_all() -> None:
+    cases = [c.public for c in generate_cases(GenerateConfig(seed=0, n=26))]
+    assert grpo_cases(cases, TrainConfig().grpo.families) == cases  # the default changes no batch
+    kept = grpo_cases(cases, ["unrepairable", "wrong_type"])
+    assert kept == [c for c in cases if c.family in {"unrepairable", "wrong_type"}] and len(kept) == 4
 
 
 @pytest.mark.slow

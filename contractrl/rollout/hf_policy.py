@@ -30,6 +30,7 @@ from ..validators.patch import AbstainAction, PatchAction, parse_action
 from ..validators.strict_json import parse_response
 from .cpu import compute_context, release_memory
 from .known_rejected import known_rejected
+from .native_log import native_stderr_to_log
 from .policies import ABSTAIN, Generation, Observation
 from .prompts import render_messages, render_prompt
 
@@ -249,10 +250,11 @@ class HFPolicy:
         for schema in schemas:
             key = canonical_json(schema)
             if key not in self._grammars:
-                try:
-                    self._grammars[key] = self._compiler.compile_json_schema(key, any_whitespace=False, strict_mode=True)
-                except Exception:  # a schema feature xgrammar cannot express: fall back to any JSON object
-                    self._grammars[key] = self._compiler.compile_builtin_json_grammar()
+                with native_stderr_to_log("xgrammar"):  # its C++ warnings, once each (rollout/native_log.py)
+                    try:
+                        self._grammars[key] = self._compiler.compile_json_schema(key, any_whitespace=False, strict_mode=True)
+                    except Exception:  # a schema feature xgrammar cannot express: fall back to any JSON object
+                        self._grammars[key] = self._compiler.compile_builtin_json_grammar()
             compiled.append(self._grammars[key])
         return LogitsProcessor(compiled)
 

@@ -206,11 +206,21 @@ class GRPOConfig:
     )
     scale_std: bool = setting(True, help="divide advantages by the group's standard deviation")
     baseline: Literal["mean", "leave_one_out"] = setting("mean", help="the group baseline subtracted from rewards")
+    credit: Literal["episode", "decision"] = setting(
+        "episode",
+        help="episode: every decision takes its episode's advantage; decision: decision k is compared only "
+        "with the group's episodes that reached a decision k (trainer/grpo.py)",
+    )
     eps: float = setting(1e-4, help="added to the group's standard deviation")
     temperature: float = setting(1.0, help="sampling temperature of rollouts")
     max_new_tokens: int = setting(64, help="generation limit per answer")
     generation_batch_size: int = setting(16, help="prompts per generation call")
     arm: Literal["contractrl", "patch_sft"] = setting("contractrl", help="the prompt GRPO trains (a patch arm)")
+    families: tuple[str, ...] = setting(
+        CORRUPTION_FAMILIES,
+        help="corruption families GRPO draws its training cases from (SFT sees them all); leaving out "
+        "immutable_field and unrepairable leaves abstention to SFT",
+    )
     optim: OptimConfig = setting(
         factory=lambda: OptimConfig(lr=3e-5), help="optimizer; 2e-4 collapsed SmolLM2 to ABSTAIN in 6 steps"
     )
@@ -229,6 +239,9 @@ class GRPOConfig:
         check(self.eps > 0, f"grpo.eps must be > 0, got {self.eps}")
         check(self.temperature > 0, f"grpo.temperature must be > 0, got {self.temperature}")
         check(self.max_new_tokens >= 1, f"grpo.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        unknown = sorted(set(self.families) - set(CORRUPTION_FAMILIES))
+        check(not unknown, f"grpo.families: unknown {unknown}; choose from {', '.join(CORRUPTION_FAMILIES)}")
+        check(bool(self.families), "grpo.families: at least one family is needed")
 
 
 @dataclass(frozen=True)
@@ -362,6 +375,10 @@ class TrainConfig:
         check(
             self.stages != ("sft", "grpo") or self.sft.arm in PATCH_ARMS,
             f"sft.arm ({self.sft.arm}) must be a patch arm ({', '.join(sorted(PATCH_ARMS))}) when GRPO follows it",
+        )
+        check(
+            "grpo" not in self.stages or bool(set(self.grpo.families) & set(self.data.families)),
+            f"grpo.families {list(self.grpo.families)} shares no family with data.families: GRPO would have no case",
         )
 
 

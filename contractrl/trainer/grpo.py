@@ -6,6 +6,9 @@ Pure functions over numbers and tensors, so each can be checked against hand-com
   scaling (Dr. GRPO), and a leave-one-out baseline (RLOO: each episode against the mean of the
   *other* G - 1). A group whose rewards are all equal carries no signal: every advantage is 0 and
   its samples are dropped before the update.
+* Credit: every decision of an episode takes the episode's advantage (GRPO as published), or,
+  with ``credit="decision"``, decision k is compared only with the group's episodes that also
+  reached a decision k (:func:`decision_advantages`).
 * Loss: PPO's clipped ratio with separate low and high clip ranges (DAPO's clip-higher), summed
   over tokens and divided by the number of tokens in the whole batch (token-level aggregation),
   plus an optional k3 estimate of KL to the reference policy.
@@ -42,6 +45,45 @@ def group_advantages(
         return centred
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
     return [c / (std + eps) for c in centred]
+
+
+def decision_advantages(
+    rewards: Sequence[float],
+    decisions: Sequence[int],
+    *,
+    credit: str = "episode",
+    scale_std: bool = True,
+    baseline: str = "mean",
+    eps: float = 1e-4,
+) -> list[list[float]]:
+    """The advantage of each decision of each episode of one group (``decisions[i]`` decisions in
+    episode i).
+
+    ``episode``: each decision takes its episode's group advantage. An episode whose first attempt
+    was rejected scores below the group's first-try successes even when its second decision repaired
+    the call, so that repair is pushed down, and ABSTAIN, the other answer there, up.
+
+    ``decision``: decision k is compared only with the episodes of the group that reached a decision
+    k. Those all paid for k rejected attempts before it, so what separates their rewards is mostly
+    what happened from decision k on. A decision that one episode alone reached gets 0: there is
+    nothing to compare it with. The first decision of every episode is compared with the whole
+    group, as under ``episode``.
+    """
+    if len(rewards) != len(decisions):
+        raise ValueError(f"{len(rewards)} rewards for {len(decisions)} episodes")
+    options: dict[str, Any] = {"scale_std": scale_std, "baseline": baseline, "eps": eps}
+    if credit == "episode":
+        return [[a] * n for a, n in zip(group_advantages(rewards, **options), decisions, strict=True)]
+    if credit != "decision":
+        raise ValueError(f"unknown credit {credit!r}; use episode or decision")
+    out = [[0.0] * n for n in decisions]
+    for k in range(max(decisions, default=0)):
+        reached = [i for i, n in enumerate(decisions) if n > k]
+        if len(reached) < 2:
+            continue
+        for i, advantage in zip(reached, group_advantages([rewards[i] for i in reached], **options), strict=True):
+            out[i][k] = advantage
+    return out
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,14 @@
 
 One GRPO step, in the order the evidence boundary demands:
 
-1. pick the step's cases (a pure function of seed and step) and roll out G episodes per case with
-   the current weights, on the validator/sandbox workers;
+1. pick the step's cases (a pure function of seed and step, from the training cases of
+   ``grpo.families``) and roll out G episodes per case with the current weights, on the
+   validator/sandbox workers;
 2. append the episodes to a fresh ledger under ``rollouts/step-N`` and *freeze* it;
 3. ask the judge for semantic verdicts on the frozen ledger (the only moment the offline half is
    consulted), and compute each episode's reward from its ledger row and verdict;
-4. group-relative advantages per case; groups without variance are dropped;
+4. group-relative advantages per case (per decision with ``grpo.credit=decision``); groups
+   without variance are dropped;
 5. clipped policy-gradient update on every generated turn of the remaining episodes, then check
    that the weights rollouts come from have changed.
 
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..configtree import to_dict
+from ..errors import ConfigError
 from ..rollout.env import RepairEnv
 from ..rollout.hf_policy import SamplingConfig
 from ..rollout.prompts import render_messages, render_prompt
@@ -54,7 +57,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .group import GroupPolicy, LearnerGroup
-from .grpo import PolicySample, group_advantages
+from .grpo import PolicySample, decision_advantages
 from .reward import episode_reward
 from .tracking import MetricsTable, Tracker
 
@@ -85,9 +88,35 @@ def replay_state(demo: Demonstration, arm: str) -> PublicState | None:
     return None if patch and len(json.loads(demo.answer)) > state.ops_left else state
 
 
+def sft_examples(demos: Sequence[Demonstration], arm: str, tokenizer: Any) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """(prompt ids, answer ids + EOS) of each demonstration whose state can be replayed, and the
+    number that could not (a later decision whose earlier attempt ends the episode)."""
+    examples = []
+    unreachable = 0
+    for demo in demos:
+        state = replay_state(demo, arm)
+        if state is None:
+            unreachable += 1
+            continue
+        prompt = render_prompt(render_messages(demo.case, state, arm), tokenizer)
+        answer = tokenizer(demo.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        examples.append((tokenizer(prompt, add_special_tokens=False)["input_ids"], answer))
+    return examples, unreachable
+
+
 def derived_seed(*parts: Any) -> int:
     """A 32-bit seed from any JSON-able parts: batches and sampling depend on (seed, stage, step) only."""
     return int(hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()[:8], 16)
+
+
+def grpo_cases(train_cases: Sequence[PublicCase], families: Sequence[str]) -> list[PublicCase]:
+    """The training cases GRPO draws from, in their order (all of them under the default families,
+    so the batches, and the ledgers, are those of a run without the option)."""
+    keep = set(families)
+    cases = [case for case in train_cases if case.family in keep]
+    if not cases:
+        raise ConfigError(f"grpo.families {sorted(keep)}: none of the {len(train_cases)} training cases is of these families")
+    return cases
 
 
 def batch_indices(seed: int, stage: str, step: int, n: int, size: int) -> list[int]:
@@ -197,18 +226,7 @@ class Trainer:
 
     def _sft_examples(self) -> list[tuple[list[int], list[int]]]:
         if self._examples is None:
-            tok = self.tokenizer
-            arm = self.config.sft.arm
-            examples = []
-            unreachable = 0
-            for demo in self.demos:
-                state = replay_state(demo, arm)
-                if state is None:
-                    unreachable += 1
-                    continue
-                prompt = render_prompt(render_messages(demo.case, state, arm), tok)
-                answer = tok(demo.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                examples.append((tok(prompt, add_special_tokens=False)["input_ids"], answer))
+            examples, unreachable = sft_examples(self.demos, self.config.sft.arm, self.tokenizer)
             if unreachable:
                 log.info("SFT leaves out %d later-decision demonstrations whose earlier attempt ends the episode", unreachable)
             limit = self.config.sft.max_tokens
@@ -247,9 +265,8 @@ class Trainer:
     def _grpo_step(self, step: int, state: TrainerState, tracker: Tracker) -> dict[str, Any]:
         cfg = self.config.grpo
         start = time.perf_counter()
-        cases = [
-            self.train_cases[i] for i in batch_indices(self.config.seed, "grpo", step, len(self.train_cases), cfg.cases_per_step)
-        ]
+        pool = grpo_cases(self.train_cases, cfg.families)
+        cases = [pool[i] for i in batch_indices(self.config.seed, "grpo", step, len(pool), cfg.cases_per_step)]
         sampling = SamplingConfig(
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
@@ -268,14 +285,23 @@ class Trainer:
         samples: list[PolicySample] = []
         zero_variance = 0
         for first in range(0, len(episodes), cfg.group_size):
-            values = [r.reward for r in rewards[first : first + cfg.group_size]]
-            advantages = group_advantages(values, scale_std=cfg.scale_std, baseline=cfg.baseline, eps=cfg.eps)
-            if not any(advantages):
+            group = episodes[first : first + cfg.group_size]
+            advantages = decision_advantages(
+                [r.reward for r in rewards[first : first + cfg.group_size]],
+                [len(episode.generations) for episode in group],
+                credit=cfg.credit,
+                scale_std=cfg.scale_std,
+                baseline=cfg.baseline,
+                eps=cfg.eps,
+            )
+            if not any(a for per_episode in advantages for a in per_episode):
                 zero_variance += 1
                 continue
-            for episode, advantage in zip(episodes[first : first + cfg.group_size], advantages, strict=True):
+            for episode, per_decision in zip(group, advantages, strict=True):
                 samples.extend(
-                    PolicySample(g.prompt_ids, g.token_ids, g.logprobs, advantage) for g in episode.generations if g.token_ids
+                    PolicySample(g.prompt_ids, g.token_ids, g.logprobs, advantage)
+                    for g, advantage in zip(episode.generations, per_decision, strict=True)
+                    if g.token_ids
                 )
 
         stats: dict[str, float] = {}

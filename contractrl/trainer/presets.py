@@ -178,17 +178,54 @@ def load_model(
         torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     tokenizer = load_tokenizer(path)
     try:
-        if isinstance(path, Path) and (path / "adapter_config.json").is_file():  # a trained LoRA adapter
-            from peft import AutoPeftModelForCausalLM
-
-            # merged for inference: one matmul per projection instead of base + adapter
-            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype).merge_and_unload().to(device)
+        if isinstance(path, Path) and is_adapter(path):
+            model = _merged_adapter(path, torch_dtype).to(device)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
     except OSError as exc:
         raise ConfigError(f"cannot load model {spec!r}: {exc}") from exc
     model.eval()
     return model, tokenizer
+
+
+MAX_ADAPTER_CHAIN = 8
+
+
+def is_adapter(path: Path) -> bool:
+    """Whether ``path`` holds a peft adapter (which names its base model) rather than whole weights."""
+    return (path / "adapter_config.json").is_file()
+
+
+def _merged_adapter(path: Path, torch_dtype: Any, seen: tuple[Path, ...] = ()) -> Any:
+    """The adapter at ``path`` merged into its base model, itself loaded the same way when it is an
+    adapter too: GRPO started from ``RUN/stages/sft`` trains a fresh adapter on the merged SFT
+    policy, and that adapter alone, on the raw base, would be a policy that never saw SFT.
+
+    Merged for inference: one matmul per projection instead of base + adapter. The returned model's
+    ``name_or_path`` is ``path`` itself, so an adapter trained on top of it records this adapter as
+    its base (peft copies that name into ``adapter_config.json``) and loads back with it.
+    """
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    here = path.resolve()
+    if here in seen or len(seen) >= MAX_ADAPTER_CHAIN:
+        chain = " -> ".join(str(p) for p in (*seen, here))
+        raise ConfigError(f"adapter chain too long or circular ({chain}): each adapter_config.json names its base")
+    try:
+        base_name = json.loads((here / "adapter_config.json").read_text(encoding="utf-8"))["base_model_name_or_path"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{here / 'adapter_config.json'} does not name its base model: {exc}") from exc
+    if not isinstance(base_name, str) or not base_name:
+        raise ConfigError(f"{here / 'adapter_config.json'} does not name its base model")
+    base_path = Path(base_name)
+    if base_path.is_dir() and is_adapter(base_path):
+        base = _merged_adapter(base_path, torch_dtype, (*seen, here))
+    else:
+        base = AutoModelForCausalLM.from_pretrained(base_name, dtype=torch_dtype)
+    model = PeftModel.from_pretrained(base, here).merge_and_unload()
+    model.name_or_path = str(here)
+    return model
 
 
 def model_path(spec: str, *, cache_dir: str | Path | None = None, tiny: TinyConfig = TinyConfig()) -> Path | str:

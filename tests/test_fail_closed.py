@@ -328,6 +328,23 @@ _paths = st.sampled_from(["/a", "/a/0", "/a/-", "/b", "/b/x", "/a/0/0", "/c"])
     max_bytes=st.integers(60, 3000),
     max_depth=st.integers(2, 12),
 )
+@example(  # found by CI on 2026-12-03: a new member's key and comma were not counted
+    doc={
+        "a": ["", "Q"],
+        "b": {
+            "": -3924,
+            "<": -613,
+            "@": -22789,
+            "\U000da61c": -16121927,
+            "0\x0c": -1000000000,
+            "0\U00010000\U00010000": -(10**29),
+            "\U00010000" * 3: -100,
+        },
+    },
+    ops=[{"op": "copy", "from": "", "path": "/c"}, {"op": "add", "path": "/a/0", "value": None}],
+    max_bytes=305,
+    max_depth=3,
+)
 def test_no_intermediate_document_exceeds_the_parser_limits(doc: Any, ops: list[Any], max_bytes: int, max_depth: int) -> None:
     """Reference: the strict parser with the same limits must accept the canonical text of the result."""
     from contractrl.validators import ParseLimits

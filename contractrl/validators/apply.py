@@ -100,14 +100,15 @@ class _CowDocument:
         self.limits = limits
         self.size: int | None = None  # measured on the first insertion
 
-    def grow(self, tokens: Tokens, value: Any, ptr: str, removed: Any = _ABSENT) -> None:
-        """Account for ``value`` inserted at ``tokens`` (replacing ``removed``); refuse past the limits."""
+    def grow(self, tokens: Tokens, value: Any, ptr: str, removed: Any = _ABSENT, framing: int = 0) -> None:
+        """Account for ``value`` inserted at ``tokens`` (replacing ``removed``), with ``framing`` bytes
+        of a new member's key and separators; refuse past the limits."""
         limits = self.limits
         if _nesting_exceeds(value, limits.max_depth - len(tokens)):
             raise _Failure(Code.TOO_DEEP, f"the document would nest deeper than {limits.max_depth}", ptr)
         if self.size is None:
             self.size = _json_bytes(self.root)
-        added = _json_bytes(value) - (_json_bytes(removed) if removed is not _ABSENT else 0)
+        added = framing + _json_bytes(value) - (_json_bytes(removed) if removed is not _ABSENT else 0)
         if self.size + added > limits.max_bytes:
             raise _Failure(Code.TOO_LARGE, f"the document would grow past {limits.max_bytes} bytes", ptr)
         self.size += added
@@ -148,14 +149,17 @@ class _CowDocument:
         parent = self.container(tokens[:-1], ptr)
         last = tokens[-1]
         if type(parent) is dict:
-            self.grow(tokens, value, ptr, parent.get(last, _ABSENT))
+            removed = parent.get(last, _ABSENT)
+            # a new member also writes `"key":` and, beside others, a comma
+            framing = _json_bytes(last) + 1 + (1 if parent else 0) if removed is _ABSENT else 0
+            self.grow(tokens, value, ptr, removed, framing)
             parent[last] = deep_copy(value) if copy else value
             self.touched.append(tokens)
             return
         index = array_index(last, len(parent), allow_end=True)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"array index {last!r} is out of range at {ptr!r}", ptr)
-        self.grow(tokens, value, ptr)
+        self.grow(tokens, value, ptr, framing=1 if parent else 0)  # the comma beside other items
         parent.insert(index, deep_copy(value) if copy else value)
         self.touched.append((*tokens[:-1], str(index)))
 

@@ -26,28 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from contractrl.pipeline import load_main_job_config
-from contractrl.tasks.demonstrations import demonstrations
 from contractrl.trainer.config import TrainConfig
-from contractrl.trainer.entry import prepare_cases
+from contractrl.trainer.entry import prepare_cases, sft_demonstrations
 from contractrl.trainer.learner import Learner
 from contractrl.trainer.loop import batch_indices, sft_examples
+from contractrl.trainer.presets import TinyConfig, load_tokenizer, model_path
 
 
 def main_job_examples(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
     """The SFT examples of ``config``'s training run, as its trainer builds them."""
     with tempfile.TemporaryDirectory() as scratch:
         train, _ = prepare_cases(replace(config.data, eval_cases=0), Path(scratch))
-    sft = config.sft
-    demos = demonstrations(
-        train,
-        sft.arm,
-        retries=sft.retry_demos,
-        noisy_retries=sft.noisy_report_retries,
-        abstain_repeat=sft.abstain_repeat,
-        contrast=sft.contrast_unrepairable,
-    )
-    examples, _ = sft_examples(demos, sft.arm, tokenizer)
-    return [e for e in examples if len(e[0]) + len(e[1]) <= sft.max_tokens]
+    examples, _ = sft_examples(sft_demonstrations(train, config.sft), config.sft.arm, tokenizer)
+    return [e for e in examples if len(e[0]) + len(e[1]) <= config.sft.max_tokens]
 
 
 def padding_share(batches: Sequence[Sequence[tuple[list[int], list[int]]]], micro: int) -> float:
@@ -88,9 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     job = load_main_job_config(overrides=[f"train.sft.arm={args.arm}", "train.wandb.mode=disabled", *args.overrides])
     base = job.train
-    reference = Learner(base)  # for the tokenizer; its weights are the same as every timed learner's
-    examples = main_job_examples(base, reference.tokenizer)
-    del reference
+    model = base.model
+    tiny = TinyConfig(hidden_size=model.hidden_size, num_hidden_layers=model.layers, seed=base.seed)
+    examples = main_job_examples(base, load_tokenizer(model_path(model.name, cache_dir=model.cache_dir, tiny=tiny)))
     batches = [
         [examples[i] for i in batch_indices(base.seed, "sft", step, len(examples), base.sft.batch_size)]
         for step in range(args.steps)

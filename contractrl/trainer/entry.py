@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,13 @@ from ..rollout.run import new_manifest, write_manifest
 from ..rollout.runner import LocalPool, WorkerPool
 from ..tasks.audit import OverlapIndex, audit
 from ..tasks.cases import Case
-from ..tasks.demonstrations import demonstrations
+from ..tasks.demonstrations import Demonstration, demonstrations
 from ..tasks.generate import GenerateConfig, generate_cases
 from ..tasks.offline import read_cases
 from ..tasks.sources import source_families
 from ..tasks.store import MANIFEST_FILE, write_case_set
 from ..validators.jsonvalue import sha256_json
-from .config import DataConfig, TrainConfig
+from .config import DataConfig, SFTConfig, TrainConfig
 from .loop import Trainer, TrainResult, derived_seed
 from .presets import TinyConfig, load_tokenizer, model_path
 
@@ -103,6 +103,18 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
     extra = {"audit": [r.to_dict() for r in rows], "disjoint_from": str(train_dir), "disjoint_units": list(data.disjoint)}
     write_case_set(held_out, eval_dir, eval_config.to_dict(), extra)
     return train, held_out
+
+
+def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig) -> list[Demonstration]:
+    """The demonstrations ``sft``'s options ask for, over the training cases."""
+    return demonstrations(
+        cases,
+        sft.arm,
+        retries=sft.retry_demos,
+        noisy_retries=sft.noisy_report_retries,
+        abstain_repeat=sft.abstain_repeat,
+        contrast=sft.contrast_unrepairable,
+    )
 
 
 def _start_manifest(config: TrainConfig, out: Path) -> None:
@@ -179,14 +191,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
             config,
             train_cases=[c.public for c in train_cases],
             eval_cases=[c.public for c in eval_cases],
-            demos=demonstrations(
-                train_cases,
-                config.sft.arm,
-                retries=config.sft.retry_demos,
-                noisy_retries=config.sft.noisy_report_retries,
-                abstain_repeat=config.sft.abstain_repeat,
-                contrast=config.sft.contrast_unrepairable,
-            ),
+            demos=sft_demonstrations(train_cases, config.sft),
             judge=Judge([*train_cases, *eval_cases]),
             group=group,
             pool=pool,

@@ -161,6 +161,8 @@ class Trainer:
         self.config = config
         self.out = Path(config.out)
         self.train_cases = list(train_cases)
+        # checked here, so a grpo.families that leaves GRPO no case fails before SFT, not after it
+        self.grpo_cases = grpo_cases(self.train_cases, config.grpo.families) if "grpo" in config.stages else []
         self.eval_cases = list(eval_cases)
         self.demos = list(demos)
         self.judge = judge
@@ -265,7 +267,7 @@ class Trainer:
     def _grpo_step(self, step: int, state: TrainerState, tracker: Tracker) -> dict[str, Any]:
         cfg = self.config.grpo
         start = time.perf_counter()
-        pool = grpo_cases(self.train_cases, cfg.families)
+        pool = self.grpo_cases
         cases = [pool[i] for i in batch_indices(self.config.seed, "grpo", step, len(pool), cfg.cases_per_step)]
         sampling = SamplingConfig(
             max_new_tokens=cfg.max_new_tokens,

@@ -69,6 +69,7 @@ DEFAULTS = (
     "train.sft.contrast_unrepairable=false",
     "train.sft.noisy_report_retries=false",
     "train.eval.rejected_beams=0",
+    "train.model.lora.top_layers=0",  # every layer adapted (the main job adapts the top 15 since 2026-12-03)
 )
 
 

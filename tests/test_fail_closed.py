@@ -361,6 +361,97 @@ def test_no_intermediate_document_exceeds_the_parser_limits(doc: Any, ops: list[
         assert result.state.candidate is doc
 
 
+def _compact_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+_sized_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**6), 10**6),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=6),
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    doc=st.fixed_dictionaries(
+        {"a": st.lists(_sized_values, max_size=4), "b": st.dictionaries(st.text(max_size=3), _sized_values, max_size=4)}
+    ),
+    ops=st.lists(
+        st.one_of(
+            st.fixed_dictionaries({"op": st.sampled_from(["copy", "move"]), "from": _paths, "path": _paths}),
+            st.fixed_dictionaries({"op": st.just("remove"), "path": _paths}),
+            st.fixed_dictionaries({"op": st.sampled_from(["add", "replace"]), "path": _paths, "value": _sized_values}),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    slack=st.integers(-40, 40),
+    max_depth=st.integers(2, 6),
+)
+# both fail-open before 2026-12-03: a `true` was counted as 5 bytes, one more than it writes
+@example(doc={"a": [True], "b": {}}, ops=[{"op": "replace", "path": "/a/0", "value": "abc"}], slack=0, max_depth=4)
+@example(
+    doc={"a": [True], "b": {}},
+    ops=[  # the first op only starts the count; the removal then took 5 bytes off for 4
+        {"op": "replace", "path": "/a/0", "value": True},
+        {"op": "remove", "path": "/a/0"},
+        {"op": "add", "path": "/b/x", "value": 0},
+    ],
+    slack=0,
+    max_depth=4,
+)
+def test_the_applier_refuses_exactly_the_patches_whose_intermediate_documents_break_the_limits(
+    doc: Any, ops: list[Any], slack: int, max_depth: int
+) -> None:
+    """Reference: RFC 6902 applied one operation at a time by ``jsonpatch``, each intermediate document's
+    compact text read by the strict parser under the same limits. The applier accepts a patch exactly
+    when the reference applies every operation and the parser accepts every intermediate text; a size
+    limit drawn around the start's size makes both sides of each byte count reachable. Accepting one
+    the reference refuses is the fail-open bug; refusing one it accepts would mean the tracked size is
+    a bound, not a count, and a bound drifts."""
+    import jsonpatch
+
+    from contractrl.validators import ParseLimits
+    from contractrl.validators.apply import apply_patch
+    from contractrl.validators.patch import PatchAction, parse_action
+
+    limits = ParseLimits(max_bytes=max(1, len(_compact_text(doc).encode()) + slack), max_depth=max_depth)
+    assume(parse_json_text(_compact_text(doc), limits).is_value)
+    action = parse_action(json.dumps(ops), max_ops=len(ops))
+    assert isinstance(action, PatchAction)
+    result = apply_patch(doc, action.ops, limits)
+
+    current, refused_at, broken = doc, None, set()
+    for index, op in enumerate(ops):
+        try:
+            current = jsonpatch.apply_patch(current, [op])
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError):  # TypeError: "-" in "from"
+            refused_at = index
+            break
+        text = _compact_text(current)
+        if len(text.encode()) > limits.max_bytes:
+            broken.add(Code.TOO_LARGE)
+        if parse_json_text(text, ParseLimits(max_bytes=1 << 30, max_depth=max_depth)).code is Code.TOO_DEEP:
+            broken.add(Code.TOO_DEEP)
+        if broken:
+            refused_at = index
+            break
+    if refused_at is None:
+        assert result.ok, (result.code, result.message)
+        assert result.document == current
+    else:
+        assert not result.ok, f"accepted, but operation {refused_at} breaks {sorted(broken) or 'RFC 6902'}"
+        if broken:  # either limit may be named when one operation breaks both
+            assert result.op_index == refused_at and result.code in broken, result.message
+
+
 def test_self_copies_stop_at_the_size_limit_quickly() -> None:
     """The reported instance: 40 copies of /big into itself used to take 30 s and 3 GB."""
     import time

@@ -254,3 +254,29 @@ def test_a_circular_or_baseless_adapter_is_a_config_error(tiny: tuple, tmp_path:
     config_file.write_text(json.dumps({**config, "base_model_name_or_path": str(tmp_path / "gone")}))
     with pytest.raises(ConfigError, match="cannot load model"):
         load_model(str(adapter), device="cpu")
+
+
+def test_lora_on_the_top_layers_stops_the_backward_pass_below_them(tiny: tuple) -> None:
+    """``model.lora.top_layers`` (the main job adapts the top 15 of 30) is a speed setting because
+    autograd never descends below the lowest adapted layer: its input needs no gradient."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    _, tokenizer, base_path = tiny
+    base = AutoModelForCausalLM.from_pretrained(base_path)
+    depth = base.config.num_hidden_layers
+    assert depth >= 2
+    model = get_peft_model(base, peft_lora_config(LoraConfig(top_layers=1), depth))
+    adapted = {int(name.split(".layers.")[1].split(".")[0]) for name, p in model.named_parameters() if p.requires_grad}
+    assert adapted == {depth - 1}
+    ids = torch.tensor([tokenizer("a short prompt")["input_ids"]])
+    out = model(input_ids=ids, labels=ids, output_hidden_states=True)
+    # hidden_states[i] is the input of layer i: below the adapted layer nothing carries a gradient
+    assert not any(h.requires_grad for h in out.hidden_states[:depth])
+    assert out.hidden_states[depth].requires_grad and out.loss.requires_grad
+    out.loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+    everywhere = get_peft_model(AutoModelForCausalLM.from_pretrained(base_path), peft_lora_config(LoraConfig(), depth))
+    hidden = everywhere(input_ids=ids, output_hidden_states=True).hidden_states
+    assert not hidden[0].requires_grad and all(h.requires_grad for h in hidden[1:])

@@ -9,9 +9,12 @@ whether a path exists depends on the operations before it.
 Every intermediate document stays within the parser's limits (:class:`ParseLimits`): the op
 budget bounds the number of operations, not their cost, and forty ``copy`` operations of a value
 into itself would double the document forty times. Sizes are tracked per operation (the document
-is measured once, then each insertion and removal adjusts it), so a patch that would grow the
-document past ``max_bytes`` or nest it past ``max_depth`` stops with ``too_large``/``too_deep``
-before the copy is made.
+is measured once, then each insertion and removal adjusts it by the exact bytes of the value and of
+its member's key and separators), so a patch that would grow the document past ``max_bytes`` or
+nest it past ``max_depth`` stops with ``too_large``/``too_deep`` before the copy is made. The
+tracked size is exact, not a bound: an over-count would refuse patches the parser accepts, and an
+under-count (which removing a ``true`` counted as five bytes once caused) would let one through
+that it refuses.
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ def _json_bytes(value: Any) -> int:
             return len(str(value))
         if t is float:
             return len(repr(value))
-        if t is bool or value is None:
+        if value is None or value is True:
+            return 4
+        if value is False:
             return 5
         return len(_ENCODER.encode(value).encode("utf-8", "surrogatepass"))
     except (RecursionError, ValueError):  # past the stack, or an int past str()'s 4,300 digits: never parsed text
@@ -113,9 +118,10 @@ class _CowDocument:
             raise _Failure(Code.TOO_LARGE, f"the document would grow past {limits.max_bytes} bytes", ptr)
         self.size += added
 
-    def shrink(self, value: Any) -> None:
+    def shrink(self, value: Any, framing: int) -> None:
+        """Account for ``value`` removed, with ``framing`` bytes of its member's key and separators."""
         if self.size is not None:
-            self.size -= _json_bytes(value)
+            self.size -= framing + _json_bytes(value)
 
     def _own(self, node: Any) -> Any:
         if id(node) in self._owned:
@@ -170,13 +176,13 @@ class _CowDocument:
             if last not in parent:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
             self.touched.append(tokens)
-            self.shrink(parent[last])
+            self.shrink(parent[last], _json_bytes(last) + 1 + (1 if len(parent) > 1 else 0))
             return parent.pop(last)
         index = array_index(last, len(parent), allow_end=False)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
         self.touched.append(tokens)
-        self.shrink(parent[index])
+        self.shrink(parent[index], 1 if len(parent) > 1 else 0)
         return parent.pop(index)
 
     def replace(self, tokens: Tokens, value: Any, ptr: str) -> None:

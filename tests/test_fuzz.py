@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from contractrl.errors import ContractRLError
@@ -57,6 +57,7 @@ def test_fixed_seeds_have_no_findings(seeds: range) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=10**6, max_value=2**63))
+@example(seed=617632230)  # CI 2026-12-03: the reference's email format was laxer than RFC 5321 (fuzzing.py)
 def test_generated_cases_have_no_findings(seed: int) -> None:
     """Hypothesis picks seeds outside the fixed slice and shrinks any finding to its seed."""
     assert check(generate(seed)).findings == []

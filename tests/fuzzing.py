@@ -303,6 +303,7 @@ def _reference_validator(schema: Any, draft: str) -> Any:
         **base.FORMAT_CHECKER.checkers,
         "date-time": (_reference_date_time, ()),
         "email": (_reference_email, ()),
+        "regex": (_reference_regex, ()),
     }
     return jsonschema.validators.extend(base, keywords)(schema, format_checker=checker)
 
@@ -316,6 +317,21 @@ def _reference_email(value: Any) -> bool:
     import jsonschema_rs
 
     return not isinstance(value, str) or jsonschema_rs.validator_for({"format": "email"}, validate_formats=True).is_valid(value)
+
+
+def _reference_regex(value: Any) -> bool:
+    """ECMA-262 syntax (unicode mode) by ``regress``, the reference's regex engine: python-jsonschema's
+    own checker compiles with Python's ``re``, whose syntax differs both ways (``(?i)a`` is Python
+    only, ``\\p{L}`` ECMA only), and under ``oneOf`` or ``not`` either difference flips a verdict."""
+    import regress
+
+    if not isinstance(value, str):
+        return True
+    try:
+        regress.Regex(value, "u")
+    except Exception:  # regress raises its own error type for a syntax error
+        return False
+    return True
 
 
 def _reference_date_time(value: Any) -> bool:

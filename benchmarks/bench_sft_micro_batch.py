@@ -27,10 +27,9 @@ from typing import Any
 
 from contractrl.pipeline import load_main_job_config
 from contractrl.trainer.config import TrainConfig
-from contractrl.trainer.entry import prepare_cases, sft_demonstrations
+from contractrl.trainer.entry import config_tokenizer, prepare_cases, sft_demonstrations
 from contractrl.trainer.learner import Learner
 from contractrl.trainer.loop import batch_indices, sft_examples
-from contractrl.trainer.presets import TinyConfig, load_tokenizer, model_path
 
 
 def main_job_examples(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
@@ -79,9 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     job = load_main_job_config(overrides=[f"train.sft.arm={args.arm}", "train.wandb.mode=disabled", *args.overrides])
     base = job.train
-    model = base.model
-    tiny = TinyConfig(hidden_size=model.hidden_size, num_hidden_layers=model.layers, seed=base.seed)
-    examples = main_job_examples(base, load_tokenizer(model_path(model.name, cache_dir=model.cache_dir, tiny=tiny)))
+    examples = main_job_examples(base, config_tokenizer(base))
     batches = [
         [examples[i] for i in batch_indices(base.seed, "sft", step, len(examples), base.sft.batch_size)]
         for step in range(args.steps)

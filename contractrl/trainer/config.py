@@ -20,7 +20,7 @@ from ..tasks.audit import UNITS
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CORRUPTION_FAMILIES
 from ..tasks.sources import check_source
-from .presets import PRESETS
+from .presets import PRESETS, TinyConfig
 
 TrainArm = Literal["contractrl", "patch_sft", "full_regen"]
 Stage = Literal["sft", "grpo"]
@@ -365,6 +365,11 @@ class TrainConfig:
     wandb: WandbConfig = setting(factory=WandbConfig, help="W&B tracking")
     checkpoint: CheckpointConfig = setting(factory=CheckpointConfig, help="checkpoints for resume")
     eval: EvalConfig = setting(factory=EvalConfig, help="held-out evaluation")
+
+    @property
+    def tiny(self) -> TinyConfig:
+        """The shape of the ``tiny`` preset under this config (read only when ``model.name`` is tiny)."""
+        return TinyConfig(hidden_size=self.model.hidden_size, num_hidden_layers=self.model.layers, seed=self.seed)
 
     def __post_init__(self) -> None:
         check(bool(self.stages), "stages must name at least one of sft, grpo")

@@ -35,7 +35,7 @@ from ..tasks.store import MANIFEST_FILE, write_case_set
 from ..validators.jsonvalue import sha256_json
 from .config import DataConfig, SFTConfig, TrainConfig
 from .loop import Trainer, TrainResult, derived_seed
-from .presets import TinyConfig, load_tokenizer, model_path
+from .presets import load_tokenizer, model_path
 
 TRAIN_KIND = "contractrl.train"
 _PACKAGES_EXTRA = ("torch", "transformers", "peft", "deepspeed", "wandb")
@@ -117,6 +117,11 @@ def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig) -> list[Demonstrat
     )
 
 
+def config_tokenizer(config: TrainConfig) -> Any:
+    """The tokenizer of ``config``'s model, without loading its weights."""
+    return load_tokenizer(model_path(config.model.name, cache_dir=config.model.cache_dir, tiny=config.tiny))
+
+
 def _start_manifest(config: TrainConfig, out: Path) -> None:
     identity = run_identity(config)
     existing = read_manifest(out)
@@ -178,8 +183,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     if done is not None:  # resumed after the last stage: nothing left to do
         return done
     train_cases, eval_cases = prepare_cases(config.data, out)
-    tiny = TinyConfig(hidden_size=config.model.hidden_size, num_hidden_layers=config.model.layers, seed=config.seed)
-    tokenizer = load_tokenizer(model_path(config.model.name, cache_dir=config.model.cache_dir, tiny=tiny))
+    tokenizer = config_tokenizer(config)
     if config.resources.ray:
         from ..rollout.pool import ensure_ray
 

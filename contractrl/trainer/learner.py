@@ -25,7 +25,7 @@ from ..rollout.policies import Generation, Observation
 from .config import TrainConfig
 from .engine import DeepSpeedEngine, TorchEngine, TrainEngine
 from .grpo import PolicySample, clipped_policy_loss
-from .presets import TinyConfig, load_model
+from .presets import load_model
 
 T = TypeVar("T")
 
@@ -73,9 +73,8 @@ class Learner:
         if self.device == "cuda":
             torch.cuda.set_device(0)
         model_cfg = config.model
-        tiny = TinyConfig(hidden_size=model_cfg.hidden_size, num_hidden_layers=model_cfg.layers, seed=config.seed)
         base, self.tokenizer = load_model(
-            model_cfg.name, cache_dir=model_cfg.cache_dir, device=self.device, tiny=tiny, dtype=model_cfg.dtype
+            model_cfg.name, cache_dir=model_cfg.cache_dir, device=self.device, tiny=config.tiny, dtype=model_cfg.dtype
         )
         if model_cfg.gradient_checkpointing:
             base.gradient_checkpointing_enable()

@@ -96,6 +96,12 @@ def _nesting_exceeds(value: Any, budget: int) -> bool:
     return False
 
 
+def _framing(key: str | None, siblings: int) -> int:
+    """Bytes a member writes beside its value: ``"key":`` (``key`` is None for an array item), and a
+    comma when the container holds ``siblings`` other members."""
+    return (0 if key is None else _json_bytes(key) + 1) + (1 if siblings else 0)
+
+
 class _CowDocument:
     def __init__(self, document: Any, limits: ParseLimits) -> None:
         self.root = document
@@ -156,16 +162,14 @@ class _CowDocument:
         last = tokens[-1]
         if type(parent) is dict:
             removed = parent.get(last, _ABSENT)
-            # a new member also writes `"key":` and, beside others, a comma
-            framing = _json_bytes(last) + 1 + (1 if parent else 0) if removed is _ABSENT else 0
-            self.grow(tokens, value, ptr, removed, framing)
+            self.grow(tokens, value, ptr, removed, _framing(last, len(parent)) if removed is _ABSENT else 0)
             parent[last] = deep_copy(value) if copy else value
             self.touched.append(tokens)
             return
         index = array_index(last, len(parent), allow_end=True)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"array index {last!r} is out of range at {ptr!r}", ptr)
-        self.grow(tokens, value, ptr, framing=1 if parent else 0)  # the comma beside other items
+        self.grow(tokens, value, ptr, framing=_framing(None, len(parent)))
         parent.insert(index, deep_copy(value) if copy else value)
         self.touched.append((*tokens[:-1], str(index)))
 
@@ -176,13 +180,13 @@ class _CowDocument:
             if last not in parent:
                 raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
             self.touched.append(tokens)
-            self.shrink(parent[last], _json_bytes(last) + 1 + (1 if len(parent) > 1 else 0))
+            self.shrink(parent[last], _framing(last, len(parent) - 1))
             return parent.pop(last)
         index = array_index(last, len(parent), allow_end=False)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"nothing to remove at {ptr!r}", ptr)
         self.touched.append(tokens)
-        self.shrink(parent[index], 1 if len(parent) > 1 else 0)
+        self.shrink(parent[index], _framing(None, len(parent) - 1))
         return parent.pop(index)
 
     def replace(self, tokens: Tokens, value: Any, ptr: str) -> None:

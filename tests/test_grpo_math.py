@@ -9,9 +9,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from contractrl.rollout.ledger import decode_row  # noqa: E402
+from contractrl.rollout.policies import Generation  # noqa: E402
 from contractrl.trainer.config import RewardConfig  # noqa: E402
-from contractrl.trainer.grpo import clipped_policy_loss, decision_advantages, group_advantages  # noqa: E402
-from contractrl.trainer.loop import batch_indices, derived_seed  # noqa: E402
+from contractrl.trainer.grpo import (  # noqa: E402
+    PolicySample,
+    clipped_policy_loss,
+    decision_advantages,
+    group_advantages,
+    group_samples,
+)
+from contractrl.trainer.loop import batch_indices, derived_seed, weighted_batch_indices  # noqa: E402
 from contractrl.trainer.reward import episode_reward, masked_actions  # noqa: E402
 
 
@@ -142,3 +149,46 @@ def test_batches_are_pure_functions_of_seed_and_step() -> None:
     assert sorted(flat[:10]) == list(range(10))  # the first epoch visits every case once
     assert a != [batch_indices(4, "grpo", step, 10, 4) for step in range(5)]
     assert derived_seed(1, "x") != derived_seed(1, "y")
+
+
+def _turn(*tokens: int) -> Generation:
+    return Generation("x", token_ids=tokens, logprobs=tuple(-0.5 for _ in tokens), prompt_ids=(7, 8))
+
+
+def test_a_group_without_variance_stays_for_the_kl_term_only() -> None:
+    # two episodes that abstained alike: zero variance, so nothing for the policy gradient
+    turns = [[_turn(1, 2)], [_turn(1, 2)]]
+    flat = [[0.0], [0.0]]
+    assert group_samples(turns, flat) == []  # no KL term: the group carries nothing and is dropped
+    kept = group_samples(turns, flat, kl_coef=0.5)  # with one it stays, at advantage 0, for the KL term
+    assert kept == [PolicySample((7, 8), (1, 2), (-0.5, -0.5), 0.0)] * 2
+    # a group with variance keeps each turn's own advantage; a turn without tokens is no sample
+    turns = [[_turn(3), _turn()], [_turn(4, 5)]]
+    samples = group_samples(turns, [[-0.5, 0.25], [0.5]])
+    assert [(s.completion_ids, s.advantage) for s in samples] == [((3,), -0.5), ((4, 5), 0.5)]
+    assert group_samples(turns, [[-0.5, 0.25], [0.5]], kl_coef=0.5) == samples
+    with pytest.raises(ValueError, match="2 episodes for 1 advantage rows"):
+        group_samples(turns, [[0.0]])
+
+
+def test_weighted_batches_are_seeded_distinct_and_proportional() -> None:
+    weights = [3.0] * 5 + [1.0] * 5  # cases 0-4 weigh three times as much as cases 5-9
+    batches = [weighted_batch_indices(3, "grpo", step, weights, 4) for step in range(600)]
+    assert batches == [weighted_batch_indices(3, "grpo", step, weights, 4) for step in range(600)]
+    assert batches[:20] != [weighted_batch_indices(4, "grpo", step, weights, 4) for step in range(20)]
+    assert all(len(set(batch)) == 4 for batch in batches)  # no case twice in one batch
+    heavy = sum(i < 5 for batch in batches for i in batch) / (600 * 4)
+    # without replacement, 4 of 10: a heavy case is in a batch with probability 0.567, a light one
+    # with 0.233 (the scheme's inclusion probabilities, by simulation), so 0.709 of a batch is heavy
+    assert 0.68 < heavy < 0.74
+    # uniform weights: every case equally often
+    counts = [0] * 10
+    for step in range(600):
+        for i in weighted_batch_indices(0, "grpo", step, [1.0] * 10, 4):
+            counts[i] += 1
+    assert min(counts) > 200 and max(counts) < 280
+    # a batch larger than the pool takes every case, then draws again
+    big = weighted_batch_indices(0, "grpo", 0, [1.0, 2.0, 5.0], 5)
+    assert sorted(big[:3]) == [0, 1, 2] and len(big) == 5
+    with pytest.raises(ValueError, match="finite and > 0"):
+        weighted_batch_indices(0, "grpo", 0, [1.0, 0.0], 1)

@@ -173,6 +173,16 @@ def test_grpo_draws_its_cases_from_grpo_families_only(tmp_path: Path, model_cach
         train(_config(tmp_path / "none", model_cache, *none))
 
 
+def test_grpo_family_weights_tilt_every_batch(tmp_path: Path, model_cache: str, warm_model: str) -> None:
+    """A family weighted 1000 to 1 is in each step's batch of 2 (of 12 cases). Unweighted, the
+    seeded epochs show a case at most once in the first 6 draws, so in at most one of the 3 steps."""
+    out = tmp_path / "run"
+    extra = ["stages=[grpo]", "eval.enabled=false", "wandb.mode=disabled", "grpo.family_weights.wrong_type=1000"]
+    train(_config(out, model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra), progress=False)
+    steps = [{row["case_family"] for row in read_ledger(step)} for step in sorted((out / "rollouts").iterdir())]
+    assert len(steps) == 3 and all("wrong_type" in families for families in steps)
+
+
 def test_grpo_cases_keep_the_training_order_and_default_to_all() -> None:
     cases = [c.public for c in generate_cases(GenerateConfig(seed=0, n=26))]
     assert grpo_cases(cases, TrainConfig().grpo.families) == cases  # the default changes no batch

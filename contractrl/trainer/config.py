@@ -10,6 +10,7 @@ fields, so a bad value fails at load time with the key's name.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -202,7 +203,8 @@ class GRPOConfig:
     kl_coef: float = setting(
         0.0,
         help="KL penalty to the adapter-off reference (0: none): the base model after this run's SFT, the SFT "
-        "model when GRPO starts from a trained adapter (model.name=RUN/stages/sft stages=[grpo])",
+        "model when GRPO starts from a trained adapter (model.name=RUN/stages/sft stages=[grpo]); when on, "
+        "groups without reward variance stay in the update for this term alone",
     )
     scale_std: bool = setting(True, help="divide advantages by the group's standard deviation")
     baseline: Literal["mean", "leave_one_out"] = setting("mean", help="the group baseline subtracted from rewards")
@@ -220,6 +222,11 @@ class GRPOConfig:
         CORRUPTION_FAMILIES,
         help="corruption families GRPO draws its training cases from (SFT sees them all); leaving out "
         "immutable_field and unrepairable leaves abstention to SFT",
+    )
+    family_weights: dict[str, float] = setting(
+        factory=dict,
+        help="relative weight of a family's cases in GRPO batches (unlisted: 1; none listed: seeded epochs "
+        "over the cases, each case once per epoch), e.g. grpo.family_weights.immutable_field=3",
     )
     optim: OptimConfig = setting(
         factory=lambda: OptimConfig(lr=3e-5), help="optimizer; 2e-4 collapsed SmolLM2 to ABSTAIN in 6 steps"
@@ -242,6 +249,13 @@ class GRPOConfig:
         unknown = sorted(set(self.families) - set(CORRUPTION_FAMILIES))
         check(not unknown, f"grpo.families: unknown {unknown}; choose from {', '.join(CORRUPTION_FAMILIES)}")
         check(bool(self.families), "grpo.families: at least one family is needed")
+        unweighable = sorted(set(self.family_weights) - set(self.families))
+        check(not unweighable, f"grpo.family_weights: {unweighable} not among grpo.families {list(self.families)}")
+        for family, weight in self.family_weights.items():
+            check(
+                math.isfinite(weight) and weight > 0,
+                f"grpo.family_weights.{family} must be a finite number > 0, got {weight} (leave a family out with grpo.families)",
+            )
 
 
 @dataclass(frozen=True)

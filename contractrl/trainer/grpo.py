@@ -4,8 +4,10 @@ Pure functions over numbers and tensors, so each can be checked against hand-com
 
 * Advantages: ``(r - mean_g) / (std_g + eps)`` over the G episodes of one case. Options: no std
   scaling (Dr. GRPO), and a leave-one-out baseline (RLOO: each episode against the mean of the
-  *other* G - 1). A group whose rewards are all equal carries no signal: every advantage is 0 and
-  its samples are dropped before the update.
+  *other* G - 1). A group whose rewards are all equal carries no policy-gradient signal: every
+  advantage is 0. Its samples are dropped before the update, unless a KL term is on: then they stay,
+  with advantage 0, so the KL term also holds the policy on cases where every episode already did
+  the same thing (:func:`group_samples`).
 * Credit: every decision of an episode takes the episode's advantage (GRPO as published), or,
   with ``credit="decision"``, decision k is compared only with the group's episodes that also
   reached a decision k (:func:`decision_advantages`).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 ZERO_VARIANCE_TOL = 1e-9
 
@@ -94,6 +96,40 @@ class PolicySample:
     completion_ids: tuple[int, ...]
     old_logprobs: tuple[float, ...]
     advantage: float
+
+
+class Turn(Protocol):
+    """What a sample needs from one generated turn (:class:`contractrl.rollout.policies.Generation`)."""
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...]: ...
+    @property
+    def token_ids(self) -> tuple[int, ...]: ...
+    @property
+    def logprobs(self) -> tuple[float, ...]: ...
+
+
+def group_samples(
+    turns: Sequence[Sequence[Turn]], advantages: Sequence[Sequence[float]], *, kl_coef: float = 0.0
+) -> list[PolicySample]:
+    """The samples one group contributes to the update: each turn with a token, with its advantage.
+
+    A group without variance (every advantage 0) contributes nothing to the policy gradient. Without
+    a KL term it is dropped. With one it is kept, at advantage 0, because dropping it leaves the KL
+    term blind exactly where drift costs most: a case where SFT already abstains correctly in every
+    episode has zero variance in every step, so without its KL samples nothing would resist updates
+    from other cases that move its answer (``benchmarks/RESULTS.md``, G9 and G10).
+    """
+    if len(turns) != len(advantages):
+        raise ValueError(f"{len(turns)} episodes for {len(advantages)} advantage rows")
+    if kl_coef <= 0 and not any(a for row in advantages for a in row):
+        return []
+    return [
+        PolicySample(turn.prompt_ids, turn.token_ids, turn.logprobs, advantage)
+        for episode, row in zip(turns, advantages, strict=True)
+        for turn, advantage in zip(episode, row, strict=True)
+        if turn.token_ids
+    ]
 
 
 def clipped_policy_loss(

@@ -3,13 +3,13 @@
 One GRPO step, in the order the evidence boundary demands:
 
 1. pick the step's cases (a pure function of seed and step, from the training cases of
-   ``grpo.families``) and roll out G episodes per case with the current weights, on the
-   validator/sandbox workers;
+   ``grpo.families``, weighted by ``grpo.family_weights``) and roll out G episodes per case with
+   the current weights, on the validator/sandbox workers;
 2. append the episodes to a fresh ledger under ``rollouts/step-N`` and *freeze* it;
 3. ask the judge for semantic verdicts on the frozen ledger (the only moment the offline half is
    consulted), and compute each episode's reward from its ledger row and verdict;
 4. group-relative advantages per case (per decision with ``grpo.credit=decision``); groups
-   without variance are dropped;
+   without variance are dropped, or, with a KL term, kept at advantage 0 for the KL term alone;
 5. clipped policy-gradient update on every generated turn of the remaining episodes, then check
    that the weights rollouts come from have changed.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import random
 import shutil
 import time
@@ -57,7 +58,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .group import GroupPolicy, LearnerGroup
-from .grpo import PolicySample, decision_advantages
+from .grpo import PolicySample, decision_advantages, group_samples
 from .reward import episode_reward
 from .tracking import MetricsTable, Tracker
 
@@ -130,6 +131,25 @@ def batch_indices(seed: int, stage: str, step: int, n: int, size: int) -> list[i
             random.Random(derived_seed(seed, stage, epoch)).shuffle(order)
             perms[epoch] = order
         out.append(perms[epoch][position % n])
+    return out
+
+
+def weighted_batch_indices(seed: int, stage: str, step: int, weights: Sequence[float], size: int) -> list[int]:
+    """Indices of step ``step``'s batch when cases weigh differently (``grpo.family_weights``).
+
+    Distinct cases, drawn without replacement with probabilities proportional to ``weights``
+    (Efraimidis-Spirakis keys ``log(u) / w``, largest first), from a generator seeded by
+    ``(seed, stage, step)`` alone, so a batch does not depend on the steps before it (resume) or on
+    the worker count. A batch larger than the pool takes every case, then draws again.
+    """
+    bad = [(i, w) for i, w in enumerate(weights) if not (w > 0 and math.isfinite(w))]
+    if not weights or bad:
+        raise ValueError(f"weights must be finite and > 0; got {len(weights)} weights, bad (index, weight): {bad[:3]}")
+    rng = random.Random(derived_seed(seed, stage, "weighted", step))
+    out: list[int] = []
+    while len(out) < size:
+        keys = sorted(((math.log(1.0 - rng.random()) / w, i) for i, w in enumerate(weights)), reverse=True)
+        out.extend(i for _, i in keys[: size - len(out)])
     return out
 
 
@@ -268,7 +288,12 @@ class Trainer:
         cfg = self.config.grpo
         start = time.perf_counter()
         pool = self.grpo_cases
-        cases = [pool[i] for i in batch_indices(self.config.seed, "grpo", step, len(pool), cfg.cases_per_step)]
+        if cfg.family_weights:
+            weights = [cfg.family_weights.get(case.family, 1.0) for case in pool]
+            indices = weighted_batch_indices(self.config.seed, "grpo", step, weights, cfg.cases_per_step)
+        else:  # the default keeps the epochs of earlier runs, and so their ledgers
+            indices = batch_indices(self.config.seed, "grpo", step, len(pool), cfg.cases_per_step)
+        cases = [pool[i] for i in indices]
         sampling = SamplingConfig(
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
@@ -296,18 +321,14 @@ class Trainer:
                 baseline=cfg.baseline,
                 eps=cfg.eps,
             )
-            if not any(a for per_episode in advantages for a in per_episode):
-                zero_variance += 1
-                continue
-            for episode, per_decision in zip(group, advantages, strict=True):
-                samples.extend(
-                    PolicySample(g.prompt_ids, g.token_ids, g.logprobs, advantage)
-                    for g, advantage in zip(episode.generations, per_decision, strict=True)
-                    if g.token_ids
-                )
+            zero_variance += not any(a for per_episode in advantages for a in per_episode)
+            samples.extend(group_samples([e.generations for e in group], advantages, kl_coef=cfg.kl_coef))
 
         stats: dict[str, float] = {}
-        if samples:
+        # KL-only samples (a KL term keeps groups without variance) do not make an update on their own:
+        # before any drift their gradient is zero, and the weights would not change
+        updated = any(sample.advantage for sample in samples)
+        if updated:
             denominator = float(sum(len(s.completion_ids) for s in samples))
             before, _ = self.group.weights_in_use()
             for _ in range(cfg.epochs):
@@ -336,7 +357,7 @@ class Trainer:
             "clip_fraction": stats["clipped_tokens"] / tokens_done if tokens_done else 0.0,
             "grad_norm": stats.get("grad_norm", 0.0),
             "lr": stats.get("lr"),
-            "updated": bool(samples),
+            "updated": updated,
             "zero_variance_groups": zero_variance,
             "samples": len(samples),
             "episodes_per_s": n / rollout_s if rollout_s > 0 else 0.0,
@@ -444,4 +465,4 @@ def _progress(enabled: bool, total: int, initial: int, desc: str) -> Any:
     return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
 
 
-__all__ = ["EpisodeJudge", "TrainResult", "Trainer", "batch_indices", "derived_seed"]
+__all__ = ["EpisodeJudge", "TrainResult", "Trainer", "batch_indices", "derived_seed", "weighted_batch_indices"]

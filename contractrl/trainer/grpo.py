@@ -109,6 +109,11 @@ class Turn(Protocol):
     def logprobs(self) -> tuple[float, ...]: ...
 
 
+def without_variance(advantages: Sequence[Sequence[float]]) -> bool:
+    """Whether a group's advantages (one row per episode) are all 0: no policy-gradient signal."""
+    return not any(a for row in advantages for a in row)
+
+
 def group_samples(
     turns: Sequence[Sequence[Turn]], advantages: Sequence[Sequence[float]], *, kl_coef: float = 0.0
 ) -> list[PolicySample]:
@@ -122,7 +127,7 @@ def group_samples(
     """
     if len(turns) != len(advantages):
         raise ValueError(f"{len(turns)} episodes for {len(advantages)} advantage rows")
-    if kl_coef <= 0 and not any(a for row in advantages for a in row):
+    if kl_coef <= 0 and without_variance(advantages):
         return []
     return [
         PolicySample(turn.prompt_ids, turn.token_ids, turn.logprobs, advantage)

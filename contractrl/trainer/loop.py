@@ -58,7 +58,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .group import GroupPolicy, LearnerGroup
-from .grpo import PolicySample, decision_advantages, group_samples
+from .grpo import PolicySample, decision_advantages, group_samples, without_variance
 from .reward import episode_reward
 from .tracking import MetricsTable, Tracker
 
@@ -321,7 +321,7 @@ class Trainer:
                 baseline=cfg.baseline,
                 eps=cfg.eps,
             )
-            zero_variance += not any(a for per_episode in advantages for a in per_episode)
+            zero_variance += without_variance(advantages)
             samples.extend(group_samples([e.generations for e in group], advantages, kl_coef=cfg.kl_coef))
 
         stats: dict[str, float] = {}

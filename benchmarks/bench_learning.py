@@ -33,6 +33,14 @@ tables cannot hold side by side) or two arms: per family and pooled success of e
 B - A with its bootstrap interval and McNemar p, and the cases each side alone solved. Two SFT runs
 whose demonstrations differ by a tenth flip about one held-out case in ten, evenly both ways
 (RESULTS.md), so read a change on the families it touches, against that churn.
+
+    python benchmarks/bench_learning.py --report R --pair runs/sft_s0 runs/grpo_s0 --pair runs/sft_s1 runs/grpo_s1
+
+gives each pair as above and then the pairs together, say GRPO against its own SFT policy over
+several SFT seeds: per case the mean of each side over the pairs, the bootstrap interval over cases
+of B - A, and the exact sign test over the cases whose summed difference is not 0, so a case counts
+once however many seeds ran it. Its inference is over cases: two or three seeds show whether the
+effect repeats, not how it varies over every seed.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from typing import Any
 
 import pandas as pd
 
-from contractrl.analysis.stats import mcnemar_exact, paired_bootstrap
+from contractrl.analysis.stats import mcnemar_exact, paired_bootstrap, sign_test
 from contractrl.analysis.tables import p95
 from contractrl.configtree import to_dict
 from contractrl.pipeline import load_main_job_config, run_main_job
@@ -214,9 +222,42 @@ def pair_runs(episodes: pd.DataFrame, baseline: str, candidate: str, seed: int =
     }
 
 
-def print_pair(result: dict[str, Any]) -> None:
-    pair = result["pair"]
-    print(f"A = {pair['baseline']}, B = {pair['candidate']}, {result['machine']}")
+def pool_pairs(episodes: pd.DataFrame, pairs: Sequence[Sequence[str]], seed: int = 0) -> dict[str, Any]:
+    """Candidate - baseline over several pairs, on the held-out cases every pair ran: per case the
+    mean of each side over the pairs, resampled by case (the pairs share their cases, so their
+    outcomes on one case are not independent draws), and the sign test over per-case differences."""
+    frames = [(run_episodes(episodes, a), run_episodes(episodes, b)) for a, b in pairs]
+    common = frames[0][0].index
+    for a, b in frames:
+        common = common.intersection(a.index).intersection(b.index)
+    if not len(common):
+        raise SystemExit(f"the pairs {', '.join(' / '.join(p) for p in pairs)} share no case ids")
+    a_mean = sum(a.loc[common, "semantic_success"].astype(float) for a, _ in frames) / len(frames)
+    b_mean = sum(b.loc[common, "semantic_success"].astype(float) for _, b in frames) / len(frames)
+    family = frames[0][0].loc[common, "case_family"]
+
+    def figures(index: pd.Index) -> dict[str, Any]:
+        diff = paired_bootstrap(a_mean.loc[index].to_numpy(), b_mean.loc[index].to_numpy(), seed=seed)
+        per_case = b_mean.loc[index] - a_mean.loc[index]
+        better, worse = int((per_case > 0).sum()), int((per_case < 0).sum())
+        return {
+            "n": diff.n,
+            "a": diff.mean_a,
+            "b": diff.mean_b,
+            "diff": diff.difference,
+            "ci_low": diff.low,
+            "ci_high": diff.high,
+            "cases_better": better,
+            "cases_worse": worse,
+            "sign_p": sign_test(better, worse),
+        }
+
+    single = common[family.isin(SINGLE_FIELD).to_numpy()]
+    return {"pairs": len(frames), "pooled": figures(common), **({"single_field": figures(single)} if len(single) else {})}
+
+
+def print_pair(pair: dict[str, Any]) -> None:
+    print(f"\nA = {pair['baseline']}, B = {pair['candidate']}")
     print("\n| family | n | A | B | gained | lost |\n|---|---|---|---|---|---|")
     for family, row in pair["families"].items():
         print(f"| {family} | {row['n']} | {row['baseline']:.3f} | {row['candidate']:.3f} | {row['gained']} | {row['lost']} |")
@@ -227,6 +268,24 @@ def print_pair(result: dict[str, Any]) -> None:
         print(
             f"B - A, {name}: {p['a']:.3f} -> {p['b']:.3f}, {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
             f"(n={p['n']}), McNemar p = {p['mcnemar_p']:.3g}; {p['gained']} gained, {p['lost']} lost"
+        )
+
+
+def print_pairs(result: dict[str, Any]) -> None:
+    print(result["machine"])
+    for pair in result.get("pairs", [result.get("pair")]):
+        print_pair(pair)
+    if "over_pairs" not in result:
+        return
+    over = result["over_pairs"]
+    print(f"\nB - A over {over['pairs']} pairs, per case the mean over the pairs:")
+    for name in ("single_field", "pooled"):
+        if name not in over:
+            continue
+        p = over[name]
+        print(
+            f"  {name}: {p['a']:.3f} -> {p['b']:.3f}, {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
+            f"(n={p['n']} cases), sign test p = {p['sign_p']:.3g}; {p['cases_better']} cases better, {p['cases_worse']} worse"
         )
 
 
@@ -281,7 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save", help="also write the JSON result to this file")
     parser.add_argument("--report", help="analyse this report directory (its episodes.parquet) instead of running")
     parser.add_argument(
-        "--pair", nargs=2, metavar=("A", "B"), help="with --report: run B against run A (their directories) on shared cases"
+        "--pair",
+        nargs=2,
+        action="append",
+        metavar=("A", "B"),
+        help="with --report: run B against run A (their directories) on shared cases; repeat it to pool pairs over seeds",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
@@ -316,9 +379,9 @@ def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {bf16}, python {platform.python_version()}"
 
 
-def analyse_report(report_dir: Path, pair: Sequence[str] | None = None) -> dict[str, Any]:
+def analyse_report(report_dir: Path, pairs: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
     """The benchmark's figures over a report's scored episodes (every learned run in it), or, with
-    ``pair`` (A, B), run B against run A."""
+    ``pairs`` [(A, B), ...], each run B against its run A, and with more than one pair, them pooled."""
     path = report_dir / "episodes.parquet"
     if not path.is_file():
         hint = f"write it with `contractrl report RUN_DIR ... --out {report_dir}`"
@@ -332,9 +395,12 @@ def analyse_report(report_dir: Path, pair: Sequence[str] | None = None) -> dict[
         "report": str(report_dir),
         "cases": {"eval": int(episodes["case_id"].nunique())},
     }
-    if pair:
-        return {**head, "pair": pair_runs(episodes, *pair)}
-    return {**head, **analyse(episodes)}
+    if not pairs:
+        return {**head, **analyse(episodes)}
+    compared = [pair_runs(episodes, a, b) for a, b in pairs]
+    if len(compared) == 1:  # the shape of the results recorded before pairs could be pooled
+        return {**head, "pair": compared[0]}
+    return {**head, "pairs": compared, "over_pairs": pool_pairs(episodes, pairs)}
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
@@ -343,8 +409,8 @@ def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
         Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result))
-    elif "pair" in result:
-        print_pair(result)
+    elif "pair" in result or "pairs" in result:
+        print_pairs(result)
     else:
         print_report(result)
     return 0

@@ -79,6 +79,44 @@ def test_pair_from_the_command_line(bench: ModuleType, tmp_path: Path, capsys: p
     assert "B - A, pooled: 0.400 -> 0.600, +0.200" in table
 
 
+def _two_seed_report(tmp_path: Path) -> Path:
+    """Pair 1 is _report's a -> b; pair 2 (c -> d, another seed) has no episode of c5. Per case over
+    c1..c4 the summed difference B - A is +1, +1, 0, 0: two cases better, none worse."""
+    report = _report(tmp_path)
+    c = _episodes("runs/c/eval/sft", {"c1": False, "c2": False, "c3": False, "c4": True}, FAMILY)
+    d = _episodes("runs/d/eval/sft", {"c1": True, "c2": False, "c3": True, "c4": False}, FAMILY)
+    path = report / "episodes.parquet"
+    pd.concat([pd.read_parquet(path), c, d]).to_parquet(path)
+    return report
+
+
+def test_pairs_pool_by_case_over_seeds(bench: ModuleType, tmp_path: Path) -> None:
+    episodes = pd.read_parquet(_two_seed_report(tmp_path) / "episodes.parquet")
+    over = bench.pool_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d")])
+    pooled = over["pooled"]
+    assert over["pairs"] == 2 and pooled["n"] == 4  # c5 is not in pair 2: only the cases every pair ran
+    assert (pooled["a"], pooled["b"]) == (pytest.approx(0.375), pytest.approx(0.625))
+    assert (pooled["cases_better"], pooled["cases_worse"]) == (2, 0)
+    assert pooled["sign_p"] == pytest.approx(0.5)  # one case counts once: not McNemar over 6 discordant pairs
+    single = over["single_field"]  # c1, c2
+    assert (single["n"], single["a"], single["b"], single["cases_better"]) == (2, 0.25, 0.75, 2)
+    with pytest.raises(SystemExit, match="share no case ids"):
+        other = _episodes("runs/x/eval/sft", {"x1": True}, {"x1": "wrong_type"})
+        bench.pool_pairs(pd.concat([episodes, other]), [("runs/a", "runs/b"), ("runs/x", "runs/x")])
+
+
+def test_pairs_from_the_command_line(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = str(_two_seed_report(tmp_path))
+    assert bench.main(["--report", report, "--pair", "runs/a", "runs/b", "--pair", "runs/c", "runs/d", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [p["candidate"] for p in result["pairs"]] == ["runs/b", "runs/d"] and "pair" not in result
+    assert result["over_pairs"]["pooled"]["diff"] == pytest.approx(0.25)
+    assert bench.main(["--report", report, "--pair", "runs/a", "runs/b", "--pair", "runs/c", "runs/d"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("A = runs/") == 2
+    assert "pooled: 0.375 -> 0.625, +0.250" in text and "sign test p = 0.5; 2 cases better, 0 worse" in text
+
+
 def test_pair_refuses_what_it_cannot_pair(bench: ModuleType, tmp_path: Path) -> None:
     episodes = pd.read_parquet(_report(tmp_path) / "episodes.parquet")
     with pytest.raises(SystemExit, match="no run 'runs/c' in the report; its runs: runs/a/eval/sft, runs/b/eval/sft"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contractrl.analysis.stats import mcnemar_exact, paired_bootstrap
+from contractrl.analysis.stats import mcnemar_exact, paired_bootstrap, sign_test
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -19,6 +19,16 @@ def test_mcnemar_matches_scipy_binomtest(only_a: int, only_b: int, both: int, ne
     n = only_a + only_b
     expected = 1.0 if n == 0 else scipy_stats.binomtest(min(only_a, only_b), n, 0.5).pvalue
     assert mcnemar_exact(a, b) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("positive", "negative"), [(9, 3), (5, 0), (7, 7), (0, 0), (1, 12), (30, 14)])
+def test_sign_test_matches_scipy_binomtest(positive: int, negative: int) -> None:
+    n = positive + negative
+    expected = 1.0 if n == 0 else scipy_stats.binomtest(positive, n, 0.5).pvalue
+    assert sign_test(positive, negative) == pytest.approx(expected)
+    assert sign_test(negative, positive) == sign_test(positive, negative)
+    with pytest.raises(ValueError, match="cannot be negative"):
+        sign_test(-1, positive)
 
 
 def test_paired_bootstrap_is_centred_on_the_mean_difference_and_covers_it() -> None:

@@ -90,12 +90,22 @@ def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
         raise ValueError(f"paired samples need equal lengths, got {len(a)} and {len(b)}")
     only_a = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
     only_b = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
-    n = only_a + only_b
+    return sign_test(only_b, only_a)
+
+
+def sign_test(positive: int, negative: int) -> float:
+    """Two-sided exact sign test: how likely a split at least this uneven is when each nonzero
+    difference is as likely up as down. McNemar's test is this over the discordant pairs; over
+    several seeds it takes each case's summed difference, so one case counts once however many
+    seeds ran it."""
+    if positive < 0 or negative < 0:
+        raise ValueError(f"counts cannot be negative, got {positive} and {negative}")
+    n = positive + negative
     if n == 0:
         return 1.0
-    k = min(only_a, only_b)
+    k = min(positive, negative)
     tail = sum(comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2.0 * tail)
 
 
-__all__ = ["PairedDifference", "effect_size", "mcnemar_exact", "paired_bootstrap", "seed_spread"]
+__all__ = ["PairedDifference", "effect_size", "mcnemar_exact", "paired_bootstrap", "seed_spread", "sign_test"]

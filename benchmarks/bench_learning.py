@@ -262,13 +262,10 @@ def print_pair(pair: dict[str, Any]) -> None:
     for family, row in pair["families"].items():
         print(f"| {family} | {row['n']} | {row['baseline']:.3f} | {row['candidate']:.3f} | {row['gained']} | {row['lost']} |")
     for name in ("single_field", "pooled"):
-        if name not in pair:
-            continue
-        p = pair[name]
-        print(
-            f"B - A, {name}: {p['a']:.3f} -> {p['b']:.3f}, {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
-            f"(n={p['n']}), McNemar p = {p['mcnemar_p']:.3g}; {p['gained']} gained, {p['lost']} lost"
-        )
+        if name in pair:
+            p = pair[name]
+            mcnemar = f"McNemar p = {p['mcnemar_p']:.3g}; {p['gained']} gained, {p['lost']} lost"
+            print(f"B - A, {name}: {_change(p)} (n={p['n']}), {mcnemar}")
 
 
 def print_pairs(result: dict[str, Any]) -> None:
@@ -280,13 +277,16 @@ def print_pairs(result: dict[str, Any]) -> None:
     over = result["over_pairs"]
     print(f"\nB - A over {over['pairs']} pairs, per case the mean over the pairs:")
     for name in ("single_field", "pooled"):
-        if name not in over:
-            continue
-        p = over[name]
-        print(
-            f"  {name}: {p['a']:.3f} -> {p['b']:.3f}, {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
-            f"(n={p['n']} cases), sign test p = {p['sign_p']:.3g}; {p['cases_better']} cases better, {p['cases_worse']} worse"
-        )
+        if name in over:
+            p = over[name]
+            print(
+                f"  {name}: {_change(p)} (n={p['n']} cases), sign test p = {p['sign_p']:.3g}; "
+                f"{p['cases_better']} cases better, {p['cases_worse']} worse"
+            )
+
+
+def _change(p: dict[str, Any]) -> str:
+    return f"{p['a']:.3f} -> {p['b']:.3f}, {p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]"
 
 
 def _ratio(a: pd.Series, b: pd.Series) -> float | None:

@@ -232,21 +232,18 @@ def pool_pairs(episodes: pd.DataFrame, pairs: Sequence[Sequence[str]], seed: int
         common = common.intersection(a.index).intersection(b.index)
     if not len(common):
         raise SystemExit(f"the pairs {', '.join(' / '.join(p) for p in pairs)} share no case ids")
-    a_mean = sum(a.loc[common, "semantic_success"].astype(float) for a, _ in frames) / len(frames)
-    b_mean = sum(b.loc[common, "semantic_success"].astype(float) for _, b in frames) / len(frames)
+    # per case the success rate of each side over the pairs: floats, so paired() adds no McNemar p
+    mean_a, mean_b = (
+        pd.DataFrame({"semantic_success": sum(f.loc[common, "semantic_success"].astype(float) for f in side) / len(frames)})
+        for side in zip(*frames, strict=True)
+    )
     family = frames[0][0].loc[common, "case_family"]
 
     def figures(index: pd.Index) -> dict[str, Any]:
-        diff = paired_bootstrap(a_mean.loc[index].to_numpy(), b_mean.loc[index].to_numpy(), seed=seed)
-        per_case = b_mean.loc[index] - a_mean.loc[index]
+        per_case = mean_b.loc[index, "semantic_success"] - mean_a.loc[index, "semantic_success"]
         better, worse = int((per_case > 0).sum()), int((per_case < 0).sum())
         return {
-            "n": diff.n,
-            "a": diff.mean_a,
-            "b": diff.mean_b,
-            "diff": diff.difference,
-            "ci_low": diff.low,
-            "ci_high": diff.high,
+            **paired(mean_a.loc[index], mean_b.loc[index], seed=seed),
             "cases_better": better,
             "cases_worse": worse,
             "sign_p": sign_test(better, worse),

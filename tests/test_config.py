@@ -139,6 +139,13 @@ def test_grpo_families_must_meet_the_data_families() -> None:
     assert load_config(TrainConfig, None, ["data.families=[wrong_type]", "grpo.families=[unrepairable]", "stages=[sft]"])
 
 
+def test_grpo_contrasts_need_unrepairable_cases_in_grpo() -> None:
+    with pytest.raises(ConfigError, match=r"grpo\.families .* leaves unrepairable out"):
+        load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true", "grpo.families=[wrong_type,missing_required]"])
+    assert load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true"]).grpo.contrast_unrepairable
+    assert not TrainConfig().grpo.contrast_unrepairable  # off by default: the batches of earlier runs
+
+
 def test_grpo_family_weights_are_set_key_by_key() -> None:
     config = load_config(TrainConfig, None, ["grpo.family_weights.immutable_field=3", "grpo.family_weights.wrong_pointer=2"])
     assert config.grpo.family_weights == {"immutable_field": 3.0, "wrong_pointer": 2.0}

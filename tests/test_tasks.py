@@ -3,6 +3,7 @@ accepts targets and rejects near misses, files are reproducible, and nothing off
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from functools import cache
@@ -14,9 +15,11 @@ from hypothesis import strategies as st
 
 from contractrl.cli import main
 from contractrl.errors import ConfigError
+from contractrl.rollout.policies import argument_labels, request_values
 from contractrl.tasks.audit import OverlapIndex, audit
-from contractrl.tasks.cases import Case
+from contractrl.tasks.cases import Case, PublicCase
 from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, make_sandbox
+from contractrl.tasks.contrast import CONTRAST_SUFFIX, contrast_case, contrast_cases
 from contractrl.tasks.corruptions import ABSTAIN_FAMILIES, CORRUPTION_FAMILIES
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.offline import read_cases, semantic_outcome
@@ -90,6 +93,39 @@ def test_gold_patches_repair_to_exactly_the_target_and_pass_the_oracle() -> None
         assert result.state.attempts_used == 1
         assert semantic_outcome(pub, off, result.accepted_object, abstained=False).success
         assert not semantic_outcome(pub, off, None, abstained=True).success
+
+
+def test_the_contrast_of_an_unrepairable_case_differs_from_it_in_the_request_alone() -> None:
+    """Same call, report, schema, budgets and sandbox world; the request states the withheld value;
+    the gold patch repairs to the original call and the oracle accepts it, where abstaining, the
+    right answer of the unrepairable case, now fails. No other family has a contrast."""
+    cases = _cases()
+    unrepairable = [c for c in cases if c.public.family == "unrepairable"]
+    twins = contrast_cases(cases)
+    assert len(twins) == len(unrepairable) == 30
+    kept = {f.name for f in dataclasses.fields(PublicCase)} - {"case_id", "family", "request"}
+    for case, twin in zip(unrepairable, twins, strict=True):
+        pub, off = twin.public, twin.offline
+        key, value = case.offline.corruption["withheld"], case.offline.corruption["withheld_value"]
+        assert pub.case_id == off.case_id == case.public.case_id + CONTRAST_SUFFIX
+        assert pub.family == off.corruption["family"] == "missing_required"
+        assert off.corruption["contrast_of"] == case.public.case_id
+        assert {name: getattr(pub, name) for name in kept} == {name: getattr(case.public, name) for name in kept}
+        stated = pub.request.removeprefix(case.public.request)
+        assert stated != pub.request and canonical_json(value) in stated
+        assert request_values(pub.request, argument_labels(pub))[key] == value  # where the heuristic reads it
+        env = _env(twin)
+        result = env.step(env.initial_state(pub.candidate), json.dumps(off.target_patch))
+        assert result.outcome is Code.ACCEPTED and result.state.attempts_used == 1
+        repaired = canonical_json({**case.public.candidate, key: value})
+        assert canonical_json(result.accepted_object) == canonical_json(off.target) == repaired
+        assert semantic_outcome(pub, off, result.accepted_object, abstained=False).success
+        assert not semantic_outcome(pub, off, None, abstained=True).success
+        assert semantic_outcome(case.public, case.offline, None, abstained=True).success
+    assert all(contrast_case(c) is None for c in cases if c.public.family != "unrepairable")
+    # an imported tool's request is a person's words: no catalog clause to append, no sandbox
+    imported = dataclasses.replace(unrepairable[0], public=dataclasses.replace(unrepairable[0].public, tool="bfcl_lookup"))
+    assert contrast_case(imported) is None
 
 
 def test_oracle_rejects_near_misses() -> None:

@@ -22,10 +22,11 @@ from contractrl.errors import ConfigError  # noqa: E402
 from contractrl.evidence.judge import Judge, UnsafeDispatchError  # noqa: E402
 from contractrl.rollout.cpu import cpu_bf16_native  # noqa: E402
 from contractrl.rollout.ledger import read_ledger  # noqa: E402
+from contractrl.tasks.contrast import CONTRAST_SUFFIX  # noqa: E402
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.trainer.config import TrainConfig  # noqa: E402
 from contractrl.trainer.entry import train  # noqa: E402
-from contractrl.trainer.loop import grpo_cases  # noqa: E402
+from contractrl.trainer.loop import grpo_cases, with_contrasts  # noqa: E402
 from contractrl.validators.jsonvalue import canonical_json  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "contractrl"
@@ -183,6 +184,41 @@ def test_grpo_family_weights_tilt_every_batch(tmp_path: Path, model_cache: str, 
     assert len(steps) == 3 and all("wrong_type" in families for families in steps)
 
 
+def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: Path, model_cache: str, warm_model: str) -> None:
+    """``grpo.contrast_unrepairable``: of 13 training cases one is unrepairable; GRPO draws from it
+    and a wrong_type case, so every step holds it, its contrast's group right after its own, and the
+    judge scores the contrast (it holds its offline half). Without an unrepairable case the option is
+    refused before any model loads."""
+    out = tmp_path / "run"
+    extra = [
+        "stages=[grpo]",
+        "eval.enabled=false",
+        "wandb.mode=disabled",
+        "data.train_cases=13",
+        "grpo.families=[unrepairable,wrong_type]",
+        "grpo.contrast_unrepairable=true",
+    ]
+    train(_config(out, model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra), progress=False)
+    for step in sorted((out / "rollouts").iterdir()):
+        rows = read_ledger(step)
+        groups = [rows[i]["case_id"] for i in range(0, len(rows), 2)]  # grpo.group_size=2
+        assert len(rows) == 6 and [rows[i]["case_id"] for i in range(1, len(rows), 2)] == groups
+        (unrepairable,) = {row["case_id"] for row in rows if row["case_family"] == "unrepairable"}
+        assert groups.index(unrepairable + CONTRAST_SUFFIX) == groups.index(unrepairable) + 1
+        assert {row["case_family"] for row in rows} == {"unrepairable", "missing_required", "wrong_type"}
+    assert [row["cases"] for row in _metrics(out)] == [3, 3, 3]
+    with pytest.raises(ConfigError, match="none of the 12 training cases is an unrepairable case"):
+        train(_config(tmp_path / "none", model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra[:3], extra[-1]))
+
+
+def test_with_contrasts_puts_each_contrast_right_after_its_case() -> None:
+    cases = [c.public for c in generate_cases(GenerateConfig(seed=0, n=26))]
+    twin = replace(cases[12], case_id="twin")
+    assert with_contrasts(cases[:3], {}) == cases[:3]
+    drawn = [cases[12], cases[0], cases[12]]
+    assert with_contrasts(drawn, {cases[12].case_id: twin}) == [cases[12], twin, cases[0], cases[12], twin]
+
+
 def test_grpo_cases_keep_the_training_order_and_default_to_all() -> None:
     cases = [c.public for c in generate_cases(GenerateConfig(seed=0, n=26))]
     assert grpo_cases(cases, TrainConfig().grpo.families) == cases  # the default changes no batch
@@ -318,7 +354,7 @@ def test_contrast_demonstrations_state_the_withheld_value_and_repair_with_it() -
         assert len(demos) == len(cases) + len(unrepairable) == len(cases) + len(pairs)
         for case, pair in zip(unrepairable, pairs, strict=True):
             key, value = case.offline.corruption["withheld"], case.offline.corruption["withheld_value"]
-            assert pair.case.case_id == case.public.case_id and pair.case.report == case.public.report
+            assert pair.case.case_id == case.public.case_id + CONTRAST_SUFFIX and pair.case.report == case.public.report
             assert pair.case.request.startswith(case.public.request)
             assert request_values(pair.case.request, argument_labels(pair.case))[key] == value
             env = RepairEnv(pair.case, arm=arm)
@@ -343,7 +379,17 @@ def test_unsafe_dispatch_stops_the_run() -> None:
 
 
 _FORBIDDEN_MODULES = ("contractrl.tasks.offline", "contractrl.evidence", "contractrl.analysis", "contractrl.experiments")
-_FORBIDDEN_NAMES = {"OfflineCase", "Case", "read_offline", "read_cases", "semantic_outcome", "Judge", "demonstrations"}
+_FORBIDDEN_NAMES = {
+    "OfflineCase",
+    "Case",
+    "read_offline",
+    "read_cases",
+    "semantic_outcome",
+    "Judge",
+    "demonstrations",
+    "contrast_case",  # builds an offline half
+    "contrast_cases",
+}
 
 
 def _imports(path: Path) -> list[tuple[str, str]]:

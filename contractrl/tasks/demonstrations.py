@@ -17,8 +17,9 @@ costs first decisions at a fixed step budget, so the trainer leaves it off by de
 
 An unrepairable case and a missing_required case carry the same report; only the request says
 whether the value can be found. ``contrast=True`` pairs each unrepairable case with its minimal
-contrast: the same call and report, the withheld value stated in the request, and the repair as
-the answer. Measured in benchmarks/RESULTS.md; the trainer's config turns it on by default.
+contrast (:mod:`contractrl.tasks.contrast`): the same call and report, the withheld value stated in
+the request, and the repair as the answer. Measured in benchmarks/RESULTS.md; the trainer's config
+turns it on by default.
 
 A noisy first report (a wrong or parent pointer, a garbled message) is the one case where the
 later decision shows something new: after a rejected attempt the environment reports what the
@@ -30,7 +31,6 @@ The trainer's config turns it on by default (measured in benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +39,7 @@ from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import format_pointer, parse_pointer, resolve
 from .arms import ARMS, PATCH_ARMS, WHOLE_OBJECT_ARMS
 from .cases import ABSTAIN, Case, PublicCase
-from .catalog import get_tool
+from .contrast import contrast_case
 
 _ABSENT = object()
 
@@ -94,24 +94,10 @@ def rejected_attempt(case: Case, arm: str, *, root_fallback: bool = False) -> st
 
 
 def contrast_demonstration(case: Case, arm: str) -> Demonstration | None:
-    """For an unrepairable built-in case: the same call and report with the withheld value stated
-    in the request (``"<label>: <value>."`` appended), answered by the repair; else None."""
-    withheld = case.offline.corruption.get("withheld")
-    if case.public.family != "unrepairable" or not isinstance(withheld, str) or not isinstance(case.public.candidate, dict):
-        return None
-    try:
-        spec = get_tool(case.public.tool)
-    except ConfigError:  # an imported tool: its request is a person's own words, not the catalog's clauses
-        return None
-    value = case.offline.corruption["withheld_value"]
-    request = f"{case.public.request} {spec.label(withheld)}: {canonical_json(value)}."
-    public = dataclasses.replace(case.public, request=request)
-    repaired = {**case.public.candidate, withheld: value}
-    if arm in PATCH_ARMS:
-        return Demonstration(public, canonical_json([{"op": "add", "path": f"/{withheld}", "value": value}]))
-    if arm in WHOLE_OBJECT_ARMS:
-        return Demonstration(public, canonical_json(repaired))
-    raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(ARMS)}")
+    """For an unrepairable built-in case: its minimal contrast (:func:`contrast_case`, the withheld
+    value stated in the request) answered by the repair; else None."""
+    twin = contrast_case(case)
+    return None if twin is None else Demonstration(twin.public, gold_answer(twin, arm))
 
 
 def has_noisy_report(case: Case) -> bool:

@@ -228,6 +228,12 @@ class GRPOConfig:
         help="relative weight of a family's cases in GRPO batches (unlisted: 1; none listed: seeded epochs "
         "over the cases, each case once per epoch), e.g. grpo.family_weights.immutable_field=3",
     )
+    contrast_unrepairable: bool = setting(
+        False,
+        help="roll out each drawn unrepairable case's minimal contrast (its call and report, the withheld value "
+        "stated in the request: tasks/contrast.py) in the same step, so abstaining is paid on one and charged on "
+        "the other within one update",
+    )
     optim: OptimConfig = setting(
         factory=lambda: OptimConfig(lr=3e-5), help="optimizer; 2e-4 collapsed SmolLM2 to ABSTAIN in 6 steps"
     )
@@ -256,6 +262,11 @@ class GRPOConfig:
                 math.isfinite(weight) and weight > 0,
                 f"grpo.family_weights.{family} must be a finite number > 0, got {weight} (leave a family out with grpo.families)",
             )
+        check(
+            not self.contrast_unrepairable or "unrepairable" in self.families,
+            f"grpo.contrast_unrepairable pairs unrepairable cases with their contrasts, but grpo.families {list(self.families)} "
+            "leaves unrepairable out",
+        )
 
 
 @dataclass(frozen=True)

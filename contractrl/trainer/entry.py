@@ -27,6 +27,7 @@ from ..rollout.run import new_manifest, write_manifest
 from ..rollout.runner import LocalPool, WorkerPool
 from ..tasks.audit import OverlapIndex, audit
 from ..tasks.cases import Case
+from ..tasks.contrast import contrast_cases
 from ..tasks.demonstrations import Demonstration, demonstrations
 from ..tasks.generate import GenerateConfig, generate_cases
 from ..tasks.offline import read_cases
@@ -117,6 +118,20 @@ def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig) -> list[Demonstrat
     )
 
 
+def grpo_contrasts(cases: Sequence[Case], config: TrainConfig) -> list[Case]:
+    """The minimal contrasts GRPO rolls out beside their unrepairable cases (none unless
+    ``grpo.contrast_unrepairable``); refused when the option is on and no case has one."""
+    if "grpo" not in config.stages or not config.grpo.contrast_unrepairable:
+        return []
+    twins = contrast_cases(cases)
+    if not twins:
+        raise ConfigError(
+            f"grpo.contrast_unrepairable: none of the {len(cases)} training cases is an unrepairable case of the "
+            "built-in catalog, the only cases with a minimal contrast"
+        )
+    return twins
+
+
 def config_tokenizer(config: TrainConfig) -> Any:
     """The tokenizer of ``config``'s model, without loading its weights."""
     return load_tokenizer(model_path(config.model.name, cache_dir=config.model.cache_dir, tiny=config.tiny))
@@ -183,6 +198,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     if done is not None:  # resumed after the last stage: nothing left to do
         return done
     train_cases, eval_cases = prepare_cases(config.data, out)
+    twins = grpo_contrasts(train_cases, config)
     tokenizer = config_tokenizer(config)
     if config.resources.ray:
         from ..rollout.pool import ensure_ray
@@ -196,12 +212,13 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
             train_cases=[c.public for c in train_cases],
             eval_cases=[c.public for c in eval_cases],
             demos=sft_demonstrations(train_cases, config.sft),
-            judge=Judge([*train_cases, *eval_cases]),
+            judge=Judge([*train_cases, *eval_cases, *twins]),
             group=group,
             pool=pool,
             tokenizer=tokenizer,
             report=report,
             progress=progress,
+            contrasts={twin.offline.corruption["contrast_of"]: twin.public for twin in twins},
         )
         result = trainer.run(to_dict(config))
     finally:
@@ -211,4 +228,4 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     return result
 
 
-__all__ = ["absolute", "finished_run", "prepare_cases", "run_identity", "train"]
+__all__ = ["absolute", "finished_run", "grpo_contrasts", "prepare_cases", "run_identity", "train"]

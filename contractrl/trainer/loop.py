@@ -3,8 +3,9 @@
 One GRPO step, in the order the evidence boundary demands:
 
 1. pick the step's cases (a pure function of seed and step, from the training cases of
-   ``grpo.families``, weighted by ``grpo.family_weights``) and roll out G episodes per case with
-   the current weights, on the validator/sandbox workers;
+   ``grpo.families``, weighted by ``grpo.family_weights``, each unrepairable case followed by its
+   minimal contrast with ``grpo.contrast_unrepairable``) and roll out G episodes per case with the
+   current weights, on the validator/sandbox workers;
 2. append the episodes to a fresh ledger under ``rollouts/step-N`` and *freeze* it;
 3. ask the judge for semantic verdicts on the frozen ledger (the only moment the offline half is
    consulted), and compute each episode's reward from its ledger row and verdict;
@@ -27,7 +28,7 @@ import random
 import shutil
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -120,6 +121,17 @@ def grpo_cases(train_cases: Sequence[PublicCase], families: Sequence[str]) -> li
     return cases
 
 
+def with_contrasts(cases: Sequence[PublicCase], contrasts: Mapping[str, PublicCase]) -> list[PublicCase]:
+    """The step's cases, each followed by its contrast (keyed by the case's id) where it has one:
+    the two groups land in one update, whatever the batch size."""
+    out: list[PublicCase] = []
+    for case in cases:
+        out.append(case)
+        if (twin := contrasts.get(case.case_id)) is not None:
+            out.append(twin)
+    return out
+
+
 def batch_indices(seed: int, stage: str, step: int, n: int, size: int) -> list[int]:
     """Indices of step ``step``'s batch: epochs of seeded permutations, read in order."""
     out = []
@@ -177,6 +189,7 @@ class Trainer:
         tokenizer: Any,
         report: Callable[[dict[str, Any]], None] | None = None,
         progress: bool = True,
+        contrasts: Mapping[str, PublicCase] | None = None,
     ) -> None:
         self.config = config
         self.out = Path(config.out)
@@ -184,6 +197,8 @@ class Trainer:
         # checked here, so a grpo.families that leaves GRPO no case fails before SFT, not after it
         self.grpo_cases = grpo_cases(self.train_cases, config.grpo.families) if "grpo" in config.stages else []
         self.eval_cases = list(eval_cases)
+        # an unrepairable training case's id -> its minimal contrast (grpo.contrast_unrepairable)
+        self.contrasts = dict(contrasts or {})
         self.demos = list(demos)
         self.judge = judge
         self.group = group
@@ -293,7 +308,7 @@ class Trainer:
             indices = weighted_batch_indices(self.config.seed, "grpo", step, weights, cfg.cases_per_step)
         else:  # the default keeps the epochs of earlier runs, and so their ledgers
             indices = batch_indices(self.config.seed, "grpo", step, len(pool), cfg.cases_per_step)
-        cases = [pool[i] for i in indices]
+        cases = with_contrasts([pool[i] for i in indices], self.contrasts)
         sampling = SamplingConfig(
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
@@ -359,6 +374,7 @@ class Trainer:
             "lr": stats.get("lr"),
             "updated": updated,
             "zero_variance_groups": zero_variance,
+            "cases": len(cases),
             "samples": len(samples),
             "episodes_per_s": n / rollout_s if rollout_s > 0 else 0.0,
             "tokens_per_s": tokens / rollout_s if rollout_s > 0 else 0.0,
@@ -465,4 +481,4 @@ def _progress(enabled: bool, total: int, initial: int, desc: str) -> Any:
     return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
 
 
-__all__ = ["EpisodeJudge", "TrainResult", "Trainer", "batch_indices", "derived_seed", "weighted_batch_indices"]
+__all__ = ["EpisodeJudge", "TrainResult", "Trainer", "batch_indices", "derived_seed", "weighted_batch_indices", "with_contrasts"]

@@ -1,0 +1,74 @@
+"""The minimal contrast of an unrepairable case: the same call and report, the withheld value stated.
+
+An unrepairable case and a missing_required case carry the same report; only the request says
+whether the value can be found. A policy that has not learned to read the request for it can only
+learn "abstain more" or "abstain less", and measured runs did exactly that (benchmarks/RESULTS.md,
+G8 and G13): weighting one family moved the other the opposite way. The contrast makes the request
+the *only* difference: the unrepairable case's call, report, schema, budgets and sandbox world, with
+``"<label>: <value>."`` appended to the request, and the repair as its target.
+
+SFT learns from it as a demonstration (``sft.contrast_unrepairable``); GRPO rolls it out in the same
+step as its unrepairable case (``grpo.contrast_unrepairable``), so within one update abstaining is
+paid on one side and charged on the other. It is a complete case with its own id and offline half,
+so the judge scores its episodes like any other; it is built for training cases only and never
+joins a held-out set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+
+from ..errors import ConfigError
+from ..validators.jsonvalue import canonical_json
+from ..validators.pointer import format_pointer
+from .cases import Case, OfflineCase
+from .catalog import get_tool, make_sandbox
+
+CONTRAST_SUFFIX = "-contrast"
+CONTRAST_FAMILY = "missing_required"
+
+
+def contrast_case(case: Case) -> Case | None:
+    """The minimal contrast of an unrepairable built-in case, or None for any other case (another
+    family, or an imported tool, whose request is a person's own words and not the catalog's
+    clauses, and which has no sandbox to say what the repaired call does)."""
+    withheld = case.offline.corruption.get("withheld")
+    if case.public.family != "unrepairable" or not isinstance(withheld, str) or not isinstance(case.public.candidate, dict):
+        return None
+    try:
+        spec = get_tool(case.public.tool)
+    except ConfigError:
+        return None
+    value = case.offline.corruption["withheld_value"]
+    target = {**case.public.candidate, withheld: value}
+    outcome = make_sandbox(case.public.tool_family, case.public.world_seed).execute(case.public.tool, target)
+    if not outcome.ok:  # the withheld value came from a call that ran; guard the invariant all the same
+        return None
+    case_id = case.public.case_id + CONTRAST_SUFFIX
+    public = dataclasses.replace(
+        case.public,
+        case_id=case_id,
+        family=CONTRAST_FAMILY,
+        request=f"{case.public.request} {spec.label(withheld)}: {canonical_json(value)}.",
+    )
+    pointer = format_pointer([withheld])
+    offline = OfflineCase(
+        case_id=case_id,
+        target=target,
+        target_patch=[{"op": "add", "path": pointer, "value": value}],
+        expected={"abstain": False, **outcome.to_dict()},
+        # the cluster key case generation gives a missing_required case with this target
+        cluster="k" + hashlib.sha256(canonical_json([spec.name, target]).encode()).hexdigest()[:15],
+        corruption={"family": CONTRAST_FAMILY, "expect": [["missing_required", pointer]], "contrast_of": case.public.case_id},
+    )
+    return Case(public, offline)
+
+
+def contrast_cases(cases: Sequence[Case]) -> list[Case]:
+    """The contrast of every case that has one, in the cases' order."""
+    return [twin for case in cases if (twin := contrast_case(case)) is not None]
+
+
+__all__ = ["CONTRAST_FAMILY", "CONTRAST_SUFFIX", "contrast_case", "contrast_cases"]

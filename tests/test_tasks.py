@@ -21,7 +21,7 @@ from contractrl.tasks.cases import Case, PublicCase
 from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, make_sandbox
 from contractrl.tasks.contrast import CONTRAST_SUFFIX, contrast_case, contrast_cases
 from contractrl.tasks.corruptions import ABSTAIN_FAMILIES, CORRUPTION_FAMILIES
-from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.tasks.generate import GenerateConfig, cluster_key, generate_cases
 from contractrl.tasks.offline import read_cases, semantic_outcome
 from contractrl.tasks.requests import paraphrase_value, read_value
 from contractrl.validators import Budgets, Code, RepairContract, Verifier, load_contract
@@ -122,6 +122,8 @@ def test_the_contrast_of_an_unrepairable_case_differs_from_it_in_the_request_alo
         assert semantic_outcome(pub, off, result.accepted_object, abstained=False).success
         assert not semantic_outcome(pub, off, None, abstained=True).success
         assert semantic_outcome(case.public, case.offline, None, abstained=True).success
+        # keyed as case generation keys a case of its tool that ends where it ends
+        assert off.cluster == cluster_key(pub.tool, off.target, pub.candidate) != case.offline.cluster
     assert all(contrast_case(c) is None for c in cases if c.public.family != "unrepairable")
     # an imported tool's request is a person's words: no catalog clause to append, no sandbox
     imported = dataclasses.replace(unrepairable[0], public=dataclasses.replace(unrepairable[0].public, tool="bfcl_lookup"))

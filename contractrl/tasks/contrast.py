@@ -17,7 +17,6 @@ joins a held-out set.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 
 from ..errors import ConfigError
@@ -25,6 +24,7 @@ from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import format_pointer
 from .cases import Case, OfflineCase
 from .catalog import get_tool, make_sandbox
+from .generate import cluster_key
 
 CONTRAST_SUFFIX = "-contrast"
 CONTRAST_FAMILY = "missing_required"
@@ -59,8 +59,7 @@ def contrast_case(case: Case) -> Case | None:
         target=target,
         target_patch=[{"op": "add", "path": pointer, "value": value}],
         expected={"abstain": False, **outcome.to_dict()},
-        # the cluster key case generation gives a missing_required case with this target
-        cluster="k" + hashlib.sha256(canonical_json([spec.name, target]).encode()).hexdigest()[:15],
+        cluster=cluster_key(spec.name, target, case.public.candidate),
         corruption={"family": CONTRAST_FAMILY, "expect": [["missing_required", pointer]], "contrast_of": case.public.case_id},
     )
     return Case(public, offline)

@@ -72,6 +72,13 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()
 
 
+def cluster_key(tool: str, target: Any, candidate: Any) -> str:
+    """The split audit's semantic cluster: the cases of one tool that end in the same object (or,
+    where the answer is ABSTAIN, start from the same call) are one cluster whatever their families,
+    so the audit can keep them on one side of a split. Contrast twins are keyed by it too."""
+    return "k" + _digest(tool, target if target is not None else [ABSTAIN, candidate])[:15]
+
+
 class CaseGenerator:
     """Compiles each tool's verifier once and turns (seed, index) into one case."""
 
@@ -133,7 +140,7 @@ class CaseGenerator:
             target=c.target,
             target_patch=c.gold_patch if c.gold_patch is not None else ABSTAIN,
             expected=expected,
-            cluster="k" + _digest(spec.name, c.target if c.target is not None else [ABSTAIN, c.candidate])[:15],
+            cluster=cluster_key(spec.name, c.target, c.candidate),
             corruption={
                 "family": c.family,
                 **c.detail,

@@ -23,8 +23,9 @@ from ..errors import ConfigError
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import format_pointer
 from .cases import Case, OfflineCase
-from .catalog import get_tool, make_sandbox
+from .catalog import get_tool
 from .generate import cluster_key
+from .sources import sandbox_expected
 
 CONTRAST_SUFFIX = "-contrast"
 CONTRAST_FAMILY = "missing_required"
@@ -43,8 +44,8 @@ def contrast_case(case: Case) -> Case | None:
         return None
     value = case.offline.corruption["withheld_value"]
     target = {**case.public.candidate, withheld: value}
-    outcome = make_sandbox(case.public.tool_family, case.public.world_seed).execute(case.public.tool, target)
-    if not outcome.ok:  # the withheld value came from a call that ran; guard the invariant all the same
+    expected = sandbox_expected(spec, case.public.world_seed, target)
+    if expected is None:  # the withheld value came from a call that ran; guard the invariant all the same
         return None
     case_id = case.public.case_id + CONTRAST_SUFFIX
     public = dataclasses.replace(
@@ -58,7 +59,7 @@ def contrast_case(case: Case) -> Case | None:
         case_id=case_id,
         target=target,
         target_patch=[{"op": "add", "path": pointer, "value": value}],
-        expected={"abstain": False, **outcome.to_dict()},
+        expected=expected,
         cluster=cluster_key(spec.name, target, case.public.candidate),
         corruption={"family": CONTRAST_FAMILY, "expect": [["missing_required", pointer]], "contrast_of": case.public.case_id},
     )

@@ -88,8 +88,14 @@ class BuiltinSource:
     def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
         if corruption.target is None:
             return {"abstain": True}
-        outcome = make_sandbox(call.spec.family, call.world_seed).execute(call.spec.name, corruption.target)
-        return {"abstain": False, **outcome.to_dict()} if outcome.ok else None
+        return sandbox_expected(call.spec, call.world_seed, corruption.target)
+
+
+def sandbox_expected(spec: ToolSpec, world_seed: int, target: dict[str, Any]) -> dict[str, Any] | None:
+    """What the oracle expects of a built-in tool's repaired call: what the sandbox world does with
+    the target, or None where the target does not run there (no such case can be scored)."""
+    outcome = make_sandbox(spec.family, world_seed).execute(spec.name, target)
+    return {"abstain": False, **outcome.to_dict()} if outcome.ok else None
 
 
 def _written_request(call: SourceCall, corruption: Corruption, rng: random.Random, style: str) -> str:
@@ -352,5 +358,6 @@ __all__ = [
     "check_source",
     "make_source",
     "redact",
+    "sandbox_expected",
     "source_families",
 ]

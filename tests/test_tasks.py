@@ -201,6 +201,12 @@ def test_split_generation_refuses_overlap_and_audit_reports_it(tmp_path: Path, c
     assert "OVERLAP" in capsys.readouterr().out
 
 
+def test_a_family_used_up_by_the_excluded_split_says_so() -> None:
+    config = GenerateConfig(seed=1, n=1, families=("stale_schema",))
+    with pytest.raises(ConfigError, match=r"refused as overlapping the excluded case set.*--families"):
+        generate_cases(config, reject=lambda case: True)
+
+
 def test_transfer_split_by_tool_family_is_disjoint_on_tools_and_schemas() -> None:
     train = generate_cases(GenerateConfig(seed=3, n=52, tool_families=("file", "calendar", "database", "http")))
     held = generate_cases(GenerateConfig(seed=4, n=26, tool_families=("code",)))

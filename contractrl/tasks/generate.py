@@ -98,16 +98,27 @@ class CaseGenerator:
     def case(self, index: int, reject: Callable[[Case], bool] | None = None) -> Case:
         family = self.config.families[index % len(self.config.families)]
         rng = random.Random(f"case:{self.config.seed}:{index}")
+        rejected = 0
         for draw in range(MAX_DRAWS):
             call = self.source.draw(rng, family)
             corruption = corrupt(family, call.spec, self._verifier(call.spec)[0], call.args, rng)
             if corruption is None:
                 continue
             built = self._build(index, draw, call, corruption, rng)
-            if built is not None and (reject is None or not reject(built)):
+            if built is None:
+                continue
+            if reject is None or not reject(built):
                 return built
+            rejected += 1
         where = f"tool families {list(self.config.tool_families)}" if self.config.source == BUILTIN else self.config.source
-        raise ConfigError(f"no {family!r} case could be built from {where} in {MAX_DRAWS} draws")
+        message = f"no {family!r} case could be built from {where} in {MAX_DRAWS} draws"
+        if rejected:
+            # a small family space can be used up by the split it must stay disjoint from
+            message += (
+                f"; {rejected} of them were refused as overlapping the excluded case set,"
+                f" so leave {family!r} out (--families) or draw fewer cases"
+            )
+        raise ConfigError(message)
 
     def _build(self, index: int, draw: int, call: SourceCall, c: Corruption, rng: random.Random) -> Case | None:
         spec = call.spec

@@ -146,6 +146,16 @@ def test_grpo_contrasts_need_unrepairable_cases_in_grpo() -> None:
     assert not TrainConfig().grpo.contrast_unrepairable  # off by default: the batches of earlier runs
 
 
+def test_weighting_abstention_without_its_contrast_is_cautioned_not_refused() -> None:
+    weighted = load_config(TrainConfig, None, ["grpo.family_weights.unrepairable=4"]).grpo
+    (caution,) = weighted.cautions()
+    assert "grpo.family_weights.unrepairable=4 without grpo.contrast_unrepairable=true" in caution
+    with_contrast = load_config(TrainConfig, None, ["grpo.family_weights.unrepairable=4", "grpo.contrast_unrepairable=true"])
+    assert with_contrast.grpo.cautions() == ()
+    assert TrainConfig().grpo.cautions() == ()
+    assert load_config(TrainConfig, None, ["grpo.family_weights.unrepairable=0.5"]).grpo.cautions() == ()
+
+
 def test_grpo_family_weights_are_set_key_by_key() -> None:
     config = load_config(TrainConfig, None, ["grpo.family_weights.immutable_field=3", "grpo.family_weights.wrong_pointer=2"])
     assert config.grpo.family_weights == {"immutable_field": 3.0, "wrong_pointer": 2.0}

@@ -228,6 +228,9 @@ class Trainer:
 
     def _run_stage(self, stage: str, state: TrainerState, metrics: MetricsTable, tracker: Tracker) -> None:
         steps = self.config.sft.steps if stage == "sft" else self.config.grpo.steps
+        if stage == "grpo":
+            for caution in self.config.grpo.cautions():
+                log.warning(caution)
         self.group.start_stage(stage, steps)
         resumed = latest_checkpoint(self.out) if self.config.resume else None
         if state.stage == stage and state.stage_step > 0 and resumed is not None:

@@ -271,12 +271,12 @@ class GRPOConfig:
     def cautions(self) -> tuple[str, ...]:
         """Settings that pass every check but were measured to hurt: said once, at the stage's start,
         rather than refused, since a study may want exactly that run (benchmarks/RESULTS.md)."""
-        found = []
+        found: list[str] = []
         weight = self.family_weights.get("unrepairable", 1.0)
         if weight > 1 and not self.contrast_unrepairable:
             found.append(
                 f"grpo.family_weights.unrepairable={weight:g} without grpo.contrast_unrepairable=true: measured to teach "
-                "abstention on every missing required field (missing_required 0.75 to 0.05 on 240 held-out cases; "
+                "abstention on missing required fields (missing_required 0.75 to 0.05 on 240 held-out cases; "
                 'benchmarks/RESULTS.md, "What the contrast does")'
             )
         return tuple(found)

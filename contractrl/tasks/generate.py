@@ -116,7 +116,8 @@ class CaseGenerator:
             # a small family space can be used up by the split it must stay disjoint from
             message += (
                 f"; {rejected} of them were refused as overlapping the excluded case set,"
-                f" so leave {family!r} out (--families) or draw fewer cases"
+                f" so leave {family!r} out of the families drawn (`cases generate --families`, `data.families` in"
+                " training) or draw fewer cases"
             )
         raise ConfigError(message)
 

@@ -144,6 +144,12 @@ def test_grpo_contrasts_need_unrepairable_cases_in_grpo() -> None:
         load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true", "grpo.families=[wrong_type,missing_required]"])
     assert load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true"]).grpo.contrast_unrepairable
     assert not TrainConfig().grpo.contrast_unrepairable  # off by default: the batches of earlier runs
+    with pytest.raises(ConfigError, match=r"grpo\.contrast_baseline=pair .* set grpo\.contrast_unrepairable=true"):
+        load_config(TrainConfig, None, ["grpo.contrast_baseline=pair"])
+    paired = load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true", "grpo.contrast_baseline=pair"]).grpo
+    assert paired.contrast_baseline == "pair" and TrainConfig().grpo.contrast_baseline == "own"
+    with pytest.raises(ConfigError, match="contrast_baseline"):
+        load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true", "grpo.contrast_baseline=both"])
 
 
 def test_weighting_abstention_without_its_contrast_is_cautioned_not_refused() -> None:

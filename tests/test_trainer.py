@@ -26,7 +26,8 @@ from contractrl.tasks.contrast import CONTRAST_SUFFIX  # noqa: E402
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.trainer.config import TrainConfig  # noqa: E402
 from contractrl.trainer.entry import train  # noqa: E402
-from contractrl.trainer.loop import grpo_cases, with_contrasts  # noqa: E402
+from contractrl.trainer.grpo import decision_advantages, without_variance  # noqa: E402
+from contractrl.trainer.loop import advantage_spans, grpo_cases, with_contrasts  # noqa: E402
 from contractrl.validators.jsonvalue import canonical_json  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "contractrl"
@@ -187,8 +188,9 @@ def test_grpo_family_weights_tilt_every_batch(tmp_path: Path, model_cache: str, 
 def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     """``grpo.contrast_unrepairable``: of 13 training cases one is unrepairable; GRPO draws from it
     and a wrong_type case, so every step holds it, its contrast's group right after its own, and the
-    judge scores the contrast (it holds its offline half). Without an unrepairable case the option is
-    refused before any model loads."""
+    judge scores the contrast (it holds its offline half); ``grpo.contrast_baseline=pair`` makes the
+    twins one advantage group. Without an unrepairable case the option is refused before any model
+    loads."""
     out = tmp_path / "run"
     extra = [
         "stages=[grpo]",
@@ -197,6 +199,7 @@ def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: 
         "data.train_cases=13",
         "grpo.families=[unrepairable,wrong_type]",
         "grpo.contrast_unrepairable=true",
+        "grpo.contrast_baseline=pair",
     ]
     train(_config(out, model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra), progress=False)
     for step in sorted((out / "rollouts").iterdir()):
@@ -207,8 +210,9 @@ def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: 
         assert groups.index(unrepairable + CONTRAST_SUFFIX) == groups.index(unrepairable) + 1
         assert {row["case_family"] for row in rows} == {"unrepairable", "missing_required", "wrong_type"}
     assert [row["cases"] for row in _metrics(out)] == [3, 3, 3]
+    assert [row["advantage_groups"] for row in _metrics(out)] == [2, 2, 2]  # the twins share one baseline
     with pytest.raises(ConfigError, match="none of the 12 training cases is an unrepairable case"):
-        train(_config(tmp_path / "none", model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra[:3], extra[-1]))
+        train(_config(tmp_path / "none", model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra[:3], *extra[-2:]))
 
 
 def test_with_contrasts_puts_each_contrast_right_after_its_case() -> None:
@@ -217,6 +221,29 @@ def test_with_contrasts_puts_each_contrast_right_after_its_case() -> None:
     assert with_contrasts(cases[:3], {}) == cases[:3]
     drawn = [cases[12], cases[0], cases[12]]
     assert with_contrasts(drawn, {cases[12].case_id: twin}) == [cases[12], twin, cases[0], cases[12], twin]
+
+
+def test_pair_baseline_joins_each_contrast_to_the_case_right_before_it() -> None:
+    cases = [c.public for c in generate_cases(GenerateConfig(seed=0, n=26))]
+    twin = replace(cases[12], case_id=cases[12].case_id + CONTRAST_SUFFIX)
+    step = with_contrasts([cases[12], cases[0], cases[12]], {cases[12].case_id: twin})
+    own = [(0, 4), (4, 8), (8, 12), (12, 16), (16, 20)]
+    assert advantage_spans(step, 4) == own
+    assert advantage_spans(step, 4, join_contrasts=True) == [(0, 8), (8, 12), (12, 20)]
+    # a contrast whose case is not right before it keeps a group of its own
+    assert advantage_spans([cases[0], twin], 2, join_contrasts=True) == [(0, 2), (2, 4)]
+    assert advantage_spans([], 4, join_contrasts=True) == []
+
+
+def test_a_pair_that_abstains_on_both_twins_still_teaches() -> None:
+    """Every episode abstains: right on the unrepairable case (reward 1), wrong on its contrast (0).
+    Each group alone has no variance and is dropped; joined, ABSTAIN goes up on one twin and down on
+    the other."""
+    rewards, decisions = [1.0, 1.0, 0.0, 0.0], [1, 1, 1, 1]
+    for first, stop in ((0, 2), (2, 4)):
+        assert without_variance(decision_advantages(rewards[first:stop], decisions[first:stop], scale_std=False))
+    joined = decision_advantages(rewards, decisions, scale_std=False, credit="decision")
+    assert joined == [[0.5], [0.5], [-0.5], [-0.5]]
 
 
 def test_grpo_cases_keep_the_training_order_and_default_to_all() -> None:

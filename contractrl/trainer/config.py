@@ -234,6 +234,12 @@ class GRPOConfig:
         "stated in the request: tasks/contrast.py) in the same step, so abstaining is paid on one and charged on "
         "the other within one update",
     )
+    contrast_baseline: Literal["own", "pair"] = setting(
+        "own",
+        help="own: a contrast's episodes share a baseline only with each other, like any case's; pair: an "
+        "unrepairable case and its contrast are one group of 2 x group_size, so abstaining on both twins is paid "
+        "on one and charged on the other even when neither side alone varies (needs grpo.contrast_unrepairable)",
+    )
     optim: OptimConfig = setting(
         factory=lambda: OptimConfig(lr=3e-5), help="optimizer; 2e-4 collapsed SmolLM2 to ABSTAIN in 6 steps"
     )
@@ -266,6 +272,11 @@ class GRPOConfig:
             not self.contrast_unrepairable or "unrepairable" in self.families,
             f"grpo.contrast_unrepairable pairs unrepairable cases with their contrasts, but grpo.families {list(self.families)} "
             "leaves unrepairable out",
+        )
+        check(
+            self.contrast_baseline == "own" or self.contrast_unrepairable,
+            "grpo.contrast_baseline=pair joins each unrepairable case's group with its contrast's, but there are no "
+            "contrasts: set grpo.contrast_unrepairable=true",
         )
 
     def cautions(self) -> tuple[str, ...]:

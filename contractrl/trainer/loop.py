@@ -9,7 +9,8 @@ One GRPO step, in the order the evidence boundary demands:
 2. append the episodes to a fresh ledger under ``rollouts/step-N`` and *freeze* it;
 3. ask the judge for semantic verdicts on the frozen ledger (the only moment the offline half is
    consulted), and compute each episode's reward from its ledger row and verdict;
-4. group-relative advantages per case (per decision with ``grpo.credit=decision``); groups
+4. group-relative advantages per case (per decision with ``grpo.credit=decision``; an
+   unrepairable case and its contrast as one group with ``grpo.contrast_baseline=pair``); groups
    without variance are dropped, or, with a KL term, kept at advantage 0 for the KL term alone;
 5. clipped policy-gradient update on every generated turn of the remaining episodes, then check
    that the weights rollouts come from have changed.
@@ -41,6 +42,7 @@ from ..rollout.prompts import render_messages, render_prompt
 from ..rollout.run import RolloutRun
 from ..rollout.runner import Episode, EpisodeRunner, WorkerPool
 from ..tasks.cases import ABSTAIN, PublicCase
+from ..tasks.contrast import CONTRAST_SUFFIX
 from ..tasks.demonstrations import Demonstration
 from ..validators import PublicState
 from ..validators.jsonvalue import canonical_json
@@ -130,6 +132,25 @@ def with_contrasts(cases: Sequence[PublicCase], contrasts: Mapping[str, PublicCa
         if (twin := contrasts.get(case.case_id)) is not None:
             out.append(twin)
     return out
+
+
+def advantage_spans(cases: Sequence[PublicCase], group_size: int, *, join_contrasts: bool = False) -> list[tuple[int, int]]:
+    """The episode ranges whose rewards share a baseline, for ``group_size`` episodes per case in
+    the cases' order.
+
+    Each case's episodes are one group. With ``join_contrasts`` a contrast that follows its
+    unrepairable case (:func:`with_contrasts`) joins that case's group: while the policy abstains
+    on both twins, each side alone has no reward variance and teaches nothing, but together
+    abstaining is the better answer on one side and the worse on the other.
+    """
+    spans: list[tuple[int, int]] = []
+    for j, case in enumerate(cases):
+        start = j * group_size
+        if join_contrasts and j > 0 and case.case_id == cases[j - 1].case_id + CONTRAST_SUFFIX:
+            spans[-1] = (spans[-1][0], start + group_size)
+        else:
+            spans.append((start, start + group_size))
+    return spans
 
 
 def batch_indices(seed: int, stage: str, step: int, n: int, size: int) -> list[int]:
@@ -329,10 +350,11 @@ class Trainer:
 
         samples: list[PolicySample] = []
         zero_variance = 0
-        for first in range(0, len(episodes), cfg.group_size):
-            group = episodes[first : first + cfg.group_size]
+        spans = advantage_spans(cases, cfg.group_size, join_contrasts=cfg.contrast_baseline == "pair")
+        for first, stop in spans:
+            group = episodes[first:stop]
             advantages = decision_advantages(
-                [r.reward for r in rewards[first : first + cfg.group_size]],
+                [r.reward for r in rewards[first:stop]],
                 [len(episode.generations) for episode in group],
                 credit=cfg.credit,
                 scale_std=cfg.scale_std,
@@ -376,6 +398,7 @@ class Trainer:
             "grad_norm": stats.get("grad_norm", 0.0),
             "lr": stats.get("lr"),
             "updated": updated,
+            "advantage_groups": len(spans),
             "zero_variance_groups": zero_variance,
             "cases": len(cases),
             "samples": len(samples),

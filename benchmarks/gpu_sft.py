@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         wheel = next(Path(args.data).glob("gguf-*.whl"))
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)], check=True)
     data = json.loads((Path(args.data) / "data.json").read_text())
+    missing = [key for key in ("lr_factors", "pins") if key not in data]
+    if missing:  # prepared by an older version of this script
+        raise SystemExit(f"{args.data}/data.json lacks {', '.join(missing)}: run prepare again")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     factors = data["lr_factors"] if args.schedule == "recipe" else [1.0] * len(data["lr_factors"])
     steps = args.steps or len(factors)

@@ -1,0 +1,71 @@
+"""`benchmarks/twin_abstention.py`: abstention on each twin of a GRPO run's contrast pairs.
+
+The benchmark reads a finished run's frozen rollout ledgers by hand; its counting is a pure function
+over ledger rows, tested here on hand-built steps whose rates are known.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def twins() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("twin_abstention", ROOT / "benchmarks" / "twin_abstention.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _group(case_id: str, family: str, abstained: list[bool]) -> list[dict[str, Any]]:
+    return [{"case_id": case_id, "case_family": family, "abstained": a} for a in abstained]
+
+
+def test_rates_per_side_and_block(twins: ModuleType) -> None:
+    # The contrast carries the missing_required family; it must count as the contrast side only.
+    step1 = (
+        _group("u1", "unrepairable", [True, True, True, True])
+        + _group("u1-contrast", "missing_required", [True, True, True, True])
+        + _group("m1", "missing_required", [False, True, False, False])
+        + _group("w1", "wrong_type", [True, False, False, False])
+    )
+    step2 = _group("u2", "unrepairable", [True, False, True, False]) + _group("u2-contrast", "missing_required", [False] * 4)
+    step3 = _group("u1", "unrepairable", [False] * 4)
+    blocks = twins.block_rates([(1, step1), (2, step2), (3, step3)], block=2)
+
+    assert [(b.first_step, b.last_step) for b in blocks] == [(1, 2), (3, 3)]
+    first = blocks[0]
+    assert first.side("unrepairable").rate == pytest.approx(6 / 8)
+    assert first.side("unrepairable").all_abstain_groups == 1
+    assert first.side("contrast").rate == pytest.approx(4 / 8)
+    assert (first.side("contrast").groups, first.side("contrast").all_abstain_groups) == (2, 1)
+    assert (first.side("missing_required").episodes, first.side("missing_required").abstained) == (4, 1)
+    assert (first.pairs, first.all_abstain_pairs) == (2, 1)
+    # A block with an unrepairable case and no contrast has no pair and no contrast rate.
+    last = blocks[1]
+    assert last.side("contrast").rate is None
+    assert (last.pairs, last.side("unrepairable").rate) == (0, 0.0)
+
+
+def test_same_case_in_two_steps_is_two_groups(twins: ModuleType) -> None:
+    steps = [(1, _group("u1", "unrepairable", [True] * 4)), (2, _group("u1", "unrepairable", [False] * 4))]
+    (block,) = twins.block_rates(steps, block=5)
+    assert block.side("unrepairable").groups == 2
+    assert block.side("unrepairable").all_abstain_groups == 1
+
+
+def test_bad_block_and_missing_rollouts(twins: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="block must be >= 1"):
+        twins.block_rates([], block=0)
+    assert twins.main([str(tmp_path)]) == 2
+    assert "no rollouts/step-* directories" in capsys.readouterr().err

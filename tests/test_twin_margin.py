@@ -1,0 +1,74 @@
+"""`benchmarks/twin_margin.py`: a policy's probability of ABSTAIN on each twin of a contrast pair.
+
+The benchmark is run by hand on trained adapters; here its parts are checked on generated cases and
+on the tiny preset: the twins' prompts differ in the request alone, the answer's log-probability is
+the chain rule over one forward pass per token, and the summary's arithmetic.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from contractrl.tasks.generate import GenerateConfig, generate_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def margin() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("twin_margin", ROOT / "benchmarks" / "twin_margin.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_twin_prompts_differ_in_the_request_alone(margin: ModuleType) -> None:
+    cases = generate_cases(GenerateConfig(seed=5, n=26))
+    pairs = margin.twin_pairs(cases)
+    assert len(pairs) == sum(c.public.family == "unrepairable" for c in cases) == 2
+    for case, twin in pairs:
+        a, b = margin.first_prompt(case, None).splitlines(), margin.first_prompt(twin, None).splitlines()
+        changed = [line for line in difflib.ndiff(a, b) if line[:1] in "+-"]
+        assert changed == [f"- {case.public.request}", f"+ {twin.public.request}"]
+
+
+def test_summary_arithmetic(margin: ModuleType) -> None:
+    unrepairable = [math.log(0.8), math.log(0.5), math.log(0.2)]
+    contrast = [math.log(0.4), math.log(0.5), math.log(0.4)]
+    result = margin.summarise("p", unrepairable, contrast)
+    assert result.pairs == 3
+    assert result.p_abstain_unrepairable == pytest.approx(0.5)
+    assert result.p_abstain_contrast == pytest.approx(13 / 30)
+    assert result.log_margin == pytest.approx((math.log(2) + 0 + math.log(0.5)) / 3)
+    assert result.ordered == pytest.approx(1 / 3)
+    assert result.log_margin_ci_low <= result.log_margin <= result.log_margin_ci_high
+    with pytest.raises(ValueError, match="same, non-zero number"):
+        margin.summarise("p", unrepairable, contrast[:2])
+
+
+@pytest.mark.slow
+def test_answer_logprob_is_the_chain_rule(margin: ModuleType, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from contractrl.trainer.presets import build_tiny, load_model, tokenizer_corpus
+
+    model, tokenizer = load_model(str(build_tiny(tmp_path, corpus=tokenizer_corpus(n_cases=26))), device="cpu")
+    case = next(c for c in generate_cases(GenerateConfig(seed=5, n=26)) if c.public.family == "unrepairable")
+    prompt = margin.first_prompt(case, tokenizer)
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer = tokenizer("ABSTAIN", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    expected = 0.0
+    with torch.no_grad():
+        for token in answer:  # one forward pass per answer token: no shared slicing with the code under test
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+            expected += float(torch.log_softmax(logits, dim=-1)[token])
+            ids = [*ids, token]
+    assert margin.answer_logprob(model, tokenizer, prompt, "ABSTAIN") == pytest.approx(expected, abs=1e-4)

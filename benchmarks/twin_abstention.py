@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from contractrl.errors import InputFileError
+from contractrl.errors import ContractRLError, InputFileError
 from contractrl.rollout.ledger import read_ledger
 from contractrl.tasks.contrast import CONTRAST_SUFFIX
 
@@ -111,10 +111,10 @@ def block_rates(steps: Sequence[tuple[int, Iterable[dict[str, Any]]]], block: in
 
 def run_steps(run_dir: Path) -> list[tuple[int, list[dict[str, Any]]]]:
     """The run's training rollouts, each step's ledger verified as it is read."""
-    step_dirs = sorted((run_dir / "rollouts").glob("step-*"))
-    if not step_dirs:
+    steps = sorted((int(d.name.removeprefix("step-")), d) for d in (run_dir / "rollouts").glob("step-*") if d.name[5:].isdigit())
+    if not steps:
         raise InputFileError(f"{run_dir}: no rollouts/step-* directories; is it a GRPO run's output directory?")
-    return [(int(d.name.removeprefix("step-")), read_ledger(d)) for d in step_dirs]
+    return [(number, read_ledger(d)) for number, d in steps]
 
 
 def _fmt(side: SideRates) -> str:
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run in args.runs:
         try:
             blocks = block_rates(run_steps(run), args.block)
-        except InputFileError as exc:
+        except ContractRLError as exc:  # a missing run, or a step ledger not frozen or altered
             print(f"error: {exc}", file=sys.stderr)
             return 2
         result[str(run)] = [{**asdict(b), "rates": {s.side: s.rate for s in b.sides}} for b in blocks]

@@ -69,3 +69,34 @@ def test_bad_block_and_missing_rollouts(twins: ModuleType, tmp_path: Path, capsy
         twins.block_rates([], block=0)
     assert twins.main([str(tmp_path)]) == 2
     assert "no rollouts/step-* directories" in capsys.readouterr().err
+
+
+def test_reads_real_step_ledgers_and_refuses_an_altered_one(
+    twins: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from contractrl.cli import main as cli
+
+    assert cli(["cases", "generate", "--seed", "4", "--n", "26", "--out", str(tmp_path / "cases")]) == 0
+    run = tmp_path / "run"
+    for step in ("step-000001", "step-000002"):
+        out = run / "rollouts" / step
+        assert (
+            cli(["rollout", "--cases", str(tmp_path / "cases"), "--workers", "0", "--policy", "heuristic", "--out", str(out)])
+            == 0
+        )
+    (run / "rollouts" / "step-notes").mkdir()  # not a step: ignored
+    capsys.readouterr()
+
+    assert twins.main([str(run), "--block", "1", "--json"]) == 0
+    blocks = json.loads(capsys.readouterr().out)[str(run)]
+    assert [(b["first_step"], b["last_step"]) for b in blocks] == [(1, 1), (2, 2)]
+    unrepairable = {s["side"]: s for s in blocks[0]["sides"]}["unrepairable"]
+    assert unrepairable["groups"] == 2 and unrepairable["episodes"] == 2  # two unrepairable cases, one episode each
+    assert blocks[0]["rates"]["contrast"] is None
+
+    shard = next((run / "rollouts" / "step-000002" / "ledger").glob("shard-*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\x00")
+    assert twins.main([str(run)]) == 2
+    assert "error:" in capsys.readouterr().err

@@ -6,25 +6,18 @@ over ledger rows, tested here on hand-built steps whose rates are known.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def twins() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("twin_abstention", ROOT / "benchmarks" / "twin_abstention.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("twin_abstention")
 
 
 def _group(case_id: str, family: str, abstained: list[bool]) -> list[dict[str, Any]]:

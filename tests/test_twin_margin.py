@@ -8,9 +8,7 @@ the chain rule over one forward pass per token, and the summary's arithmetic.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,17 +16,12 @@ import pytest
 
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 
-ROOT = Path(__file__).resolve().parents[1]
+from .conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def margin() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("twin_margin", ROOT / "benchmarks" / "twin_margin.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("twin_margin")
 
 
 def test_twin_prompts_differ_in_the_request_alone(margin: ModuleType) -> None:

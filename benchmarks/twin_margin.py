@@ -19,12 +19,17 @@ and gives:
 * ``ordered``: the share of pairs where the unrepairable twin's ABSTAIN is the more probable.
 
     python benchmarks/twin_margin.py --cases runs/exp_c300_noisy/cases/train \\
-        --policy runs/exp_c300_noisy/adapter --policy runs/exp_g19/adapter [--json]
+        --policy runs/exp_c300_noisy/adapter --policy runs/exp_g19/adapter [--stated start] [--json]
+
+``--stated start`` moves the contrast's stated value, word for word, to the start of its request: a
+policy that reads whether the value is there scores both places alike, one that learned where
+contrasts put it (benchmarks/RESULTS.md, "A larger share of twins") does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -60,9 +65,22 @@ class TwinMargin:
     ordered: float
 
 
-def twin_pairs(cases: Sequence[Case]) -> list[tuple[Case, Case]]:
-    """(unrepairable case, its contrast) for every case of the set that has one, in the set's order."""
-    return [(case, twin) for case in cases if (twin := contrast_case(case)) is not None]
+def stated_first(case: Case, twin: Case) -> Case:
+    """The contrast with its stated value moved from the end of the request to its start: the same
+    words, another place. A policy that reads whether the value is there treats both alike; one
+    that learned where contrasts put it does not."""
+    stated = twin.public.request.removeprefix(case.public.request).strip()
+    assert stated and stated != twin.public.request  # contrast_case appends to the case's request
+    return dataclasses.replace(twin, public=dataclasses.replace(twin.public, request=f"{stated} {case.public.request}"))
+
+
+def twin_pairs(cases: Sequence[Case], stated: str = "end") -> list[tuple[Case, Case]]:
+    """(unrepairable case, its contrast) for every case of the set that has one, in the set's order;
+    ``stated="start"`` moves the contrast's stated value to the start of its request."""
+    if stated not in ("end", "start"):
+        raise ValueError(f"stated must be end or start, got {stated!r}")
+    pairs = [(case, twin) for case in cases if (twin := contrast_case(case)) is not None]
+    return pairs if stated == "end" else [(case, stated_first(case, twin)) for case, twin in pairs]
 
 
 def first_prompt(case: Case, tokenizer: Any) -> str:
@@ -122,10 +140,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", required=True, type=Path, help="a case set directory (public and offline halves)")
     parser.add_argument("--policy", required=True, action="append", help="a model or adapter directory; repeatable")
+    parser.add_argument(
+        "--stated",
+        choices=("end", "start"),
+        default="end",
+        help="where the contrast states the value: end (as tasks/contrast.py builds it) or start of the request",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     try:
-        pairs = twin_pairs(read_cases(args.cases))
+        pairs = twin_pairs(read_cases(args.cases), args.stated)
         if not pairs:
             raise ContractRLError(f"{args.cases}: no unrepairable built-in case with a contrast")
         results = [measure(policy, pairs) for policy in args.policy]
@@ -135,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))
         return 0
-    print(f"{len(pairs)} twin pairs from {args.cases}")
+    print(f"{len(pairs)} twin pairs from {args.cases}, the value stated at the {args.stated} of the contrast's request")
     for r in results:
         print(
             f"{r.policy}: p(ABSTAIN) unrepairable {r.p_abstain_unrepairable:.3f}, contrast {r.p_abstain_contrast:.3f}; "

@@ -34,6 +34,18 @@ def test_twin_prompts_differ_in_the_request_alone(margin: ModuleType) -> None:
         assert changed == [f"- {case.public.request}", f"+ {twin.public.request}"]
 
 
+def test_stated_first_moves_the_value_and_nothing_else(margin: ModuleType) -> None:
+    cases = generate_cases(GenerateConfig(seed=5, n=26))
+    for (case, end), (same, start) in zip(margin.twin_pairs(cases), margin.twin_pairs(cases, "start"), strict=True):
+        assert same is case and start.public.case_id == end.public.case_id
+        stated = end.public.request.removeprefix(case.public.request).strip()
+        assert start.public.request == f"{stated} {case.public.request}" != end.public.request
+        assert sorted(start.public.request.split()) == sorted(end.public.request.split())
+        assert start.offline == end.offline
+    with pytest.raises(ValueError, match="end or start"):
+        margin.twin_pairs(cases, "middle")
+
+
 def test_summary_arithmetic(margin: ModuleType) -> None:
     unrepairable = [math.log(0.8), math.log(0.5), math.log(0.2)]
     contrast = [math.log(0.4), math.log(0.5), math.log(0.4)]

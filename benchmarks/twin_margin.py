@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from contractrl.analysis.stats import paired_bootstrap
 from contractrl.errors import ContractRLError
+from contractrl.rollout.env import RepairEnv
 from contractrl.rollout.prompts import render_messages, render_prompt
 from contractrl.tasks.cases import ABSTAIN, Case
 from contractrl.tasks.contrast import contrast_case
-from contractrl.tasks.demonstrations import Demonstration
 from contractrl.tasks.offline import read_cases
-from contractrl.trainer.loop import replay_state
 
 ARM = "contractrl"
 
@@ -84,9 +84,7 @@ def twin_pairs(cases: Sequence[Case], stated: str = "end") -> list[tuple[Case, C
 
 
 def first_prompt(case: Case, tokenizer: Any) -> str:
-    state = replay_state(Demonstration(case.public, ABSTAIN), ARM)
-    assert state is not None  # a first decision has no earlier attempt that could end the episode
-    return render_prompt(render_messages(case.public, state, ARM), tokenizer)
+    return render_prompt(render_messages(case.public, RepairEnv(case.public, ARM).reset(), ARM), tokenizer)
 
 
 def answer_logprob(model: Any, tokenizer: Any, prompt: str, answer: str) -> float:
@@ -108,18 +106,16 @@ def summarise(policy: str, unrepairable: Sequence[float], contrast: Sequence[flo
         raise ValueError(
             f"need the same, non-zero number of log-probabilities per side, got {len(unrepairable)} and {len(contrast)}"
         )
-    margin = np.asarray(unrepairable) - np.asarray(contrast)
-    rng = np.random.default_rng(seed)
-    boot = margin[rng.integers(0, len(margin), size=(10_000, len(margin)))].mean(axis=1)
+    margin = paired_bootstrap(contrast, unrepairable, seed=seed)  # unrepairable - contrast, over pairs
     return TwinMargin(
         policy=policy,
-        pairs=len(margin),
+        pairs=margin.n,
         p_abstain_unrepairable=float(np.mean(np.exp(unrepairable))),
         p_abstain_contrast=float(np.mean(np.exp(contrast))),
-        log_margin=float(margin.mean()),
-        log_margin_ci_low=float(np.quantile(boot, 0.025)),
-        log_margin_ci_high=float(np.quantile(boot, 0.975)),
-        ordered=float(np.mean(margin > 0)),
+        log_margin=margin.difference,
+        log_margin_ci_low=margin.low,
+        log_margin_ci_high=margin.high,
+        ordered=float(np.mean(np.asarray(unrepairable) > np.asarray(contrast))),
     )
 
 

@@ -19,11 +19,15 @@ and gives:
 * ``ordered``: the share of pairs where the unrepairable twin's ABSTAIN is the more probable.
 
     python benchmarks/twin_margin.py --cases runs/exp_c300_noisy/cases/train \\
-        --policy runs/exp_c300_noisy/adapter --policy runs/exp_g19/adapter [--stated start] [--json]
+        --policy runs/exp_c300_noisy/adapter --policy runs/exp_g19/adapter \\
+        [--form appended|clause] [--stated start|end] [--json]
 
-``--stated start`` moves the contrast's stated value, word for word, to the start of its request: a
-policy that reads whether the value is there scores both places alike, one that learned where
-contrasts put it (benchmarks/RESULTS.md, "A larger share of twins") does not.
+``--form`` builds the contrasts as ``data.contrast_form`` does in training: ``appended`` (after the
+request's last clause) or ``clause`` (one more clause at a seeded place). ``--stated start`` moves
+the stated value, word for word, to the start: of the request for ``appended``, of its clauses for
+``clause``; ``--stated end`` puts a ``clause`` after the last clause. A policy that reads whether the
+value is there scores every place alike; one that learned where contrasts put it
+(benchmarks/RESULTS.md, "A larger share of twins") does not.
 """
 
 from __future__ import annotations
@@ -45,10 +49,11 @@ from contractrl.errors import ContractRLError
 from contractrl.rollout.env import RepairEnv
 from contractrl.rollout.prompts import render_messages, render_prompt
 from contractrl.tasks.cases import ABSTAIN, Case
-from contractrl.tasks.contrast import contrast_case
+from contractrl.tasks.contrast import CONTRAST_FORMS, contrast_case
 from contractrl.tasks.offline import read_cases
 
 ARM = "contractrl"
+STATED = ("form", "start", "end")
 
 
 @dataclass(frozen=True)
@@ -74,13 +79,17 @@ def stated_first(case: Case, twin: Case) -> Case:
     return dataclasses.replace(twin, public=dataclasses.replace(twin.public, request=f"{stated} {case.public.request}"))
 
 
-def twin_pairs(cases: Sequence[Case], stated: str = "end") -> list[tuple[Case, Case]]:
-    """(unrepairable case, its contrast) for every case of the set that has one, in the set's order;
-    ``stated="start"`` moves the contrast's stated value to the start of its request."""
-    if stated not in ("end", "start"):
-        raise ValueError(f"stated must be end or start, got {stated!r}")
-    pairs = [(case, twin) for case in cases if (twin := contrast_case(case)) is not None]
-    return pairs if stated == "end" else [(case, stated_first(case, twin)) for case, twin in pairs]
+def twin_pairs(cases: Sequence[Case], stated: str = "form", form: str = "appended") -> list[tuple[Case, Case]]:
+    """(unrepairable case, its contrast in ``form``) for every case of the set that has one, in the
+    set's order; ``stated`` is where the value stands: where ``form`` puts it, or its ``start`` or
+    ``end`` (the end is where ``appended`` puts it)."""
+    if stated not in STATED:
+        raise ValueError(f"stated must be one of {', '.join(STATED)}, got {stated!r}")
+    if form == "clause" and stated != "form":
+        index = 0 if stated == "start" else -1
+        return [(case, twin) for case in cases if (twin := contrast_case(case, form, index=index)) is not None]
+    pairs = [(case, twin) for case in cases if (twin := contrast_case(case, form)) is not None]
+    return [(case, stated_first(case, twin)) for case, twin in pairs] if stated == "start" else pairs
 
 
 def first_prompt(case: Case, tokenizer: Any) -> str:
@@ -137,15 +146,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", required=True, type=Path, help="a case set directory (public and offline halves)")
     parser.add_argument("--policy", required=True, action="append", help="a model or adapter directory; repeatable")
     parser.add_argument(
+        "--form", choices=CONTRAST_FORMS, default="appended", help="how the contrast states the value (data.contrast_form)"
+    )
+    parser.add_argument(
         "--stated",
-        choices=("end", "start"),
-        default="end",
-        help="where the contrast states the value: end (as tasks/contrast.py builds it) or start of the request",
+        choices=STATED,
+        default="form",
+        help="where the value stands: where --form puts it, or the start or end (of the request for appended, "
+        "of its clauses for clause)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     try:
-        pairs = twin_pairs(read_cases(args.cases), args.stated)
+        pairs = twin_pairs(read_cases(args.cases), args.stated, args.form)
         if not pairs:
             raise ContractRLError(f"{args.cases}: no unrepairable built-in case with a contrast")
         results = [measure(policy, pairs) for policy in args.policy]
@@ -155,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))
         return 0
-    print(f"{len(pairs)} twin pairs from {args.cases}, the value stated at the {args.stated} of the contrast's request")
+    where = "where the form puts it" if args.stated == "form" else f"at the {args.stated}"
+    print(f"{len(pairs)} twin pairs from {args.cases}, {args.form} contrasts, the value stated {where}")
     for r in results:
         print(
             f"{r.policy}: p(ABSTAIN) unrepairable {r.p_abstain_unrepairable:.3f}, contrast {r.p_abstain_contrast:.3f}; "

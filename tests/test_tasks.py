@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -19,11 +20,11 @@ from contractrl.rollout.policies import argument_labels, request_values
 from contractrl.tasks.audit import OverlapIndex, audit
 from contractrl.tasks.cases import Case, PublicCase
 from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, make_sandbox
-from contractrl.tasks.contrast import CONTRAST_SUFFIX, contrast_case, contrast_cases
+from contractrl.tasks.contrast import CONTRAST_FORMS, CONTRAST_SUFFIX, contrast_case, contrast_cases
 from contractrl.tasks.corruptions import ABSTAIN_FAMILIES, CORRUPTION_FAMILIES
 from contractrl.tasks.generate import GenerateConfig, cluster_key, generate_cases
 from contractrl.tasks.offline import read_cases, semantic_outcome
-from contractrl.tasks.requests import paraphrase_value, read_value
+from contractrl.tasks.requests import add_clause, paraphrase_value, parse_request, read_value, render_request
 from contractrl.validators import Budgets, Code, RepairContract, Verifier, load_contract
 from contractrl.validators.jsonvalue import canonical_json
 
@@ -95,13 +96,22 @@ def test_gold_patches_repair_to_exactly_the_target_and_pass_the_oracle() -> None
         assert not semantic_outcome(pub, off, None, abstained=True).success
 
 
-def test_the_contrast_of_an_unrepairable_case_differs_from_it_in_the_request_alone() -> None:
+def _inserted(original: str, longer: str) -> str:
+    """The one contiguous piece ``longer`` adds to ``original`` (asserted to be all it adds)."""
+    start = next((i for i, (a, b) in enumerate(zip(original, longer, strict=False)) if a != b), len(original))
+    end = len(longer) - (len(original) - start)
+    assert longer[:start] + longer[end:] == original, (original, longer)
+    return longer[start:end]
+
+
+@pytest.mark.parametrize("form", CONTRAST_FORMS)
+def test_the_contrast_of_an_unrepairable_case_differs_from_it_in_the_request_alone(form: str) -> None:
     """Same call, report, schema, budgets and sandbox world; the request states the withheld value;
     the gold patch repairs to the original call and the oracle accepts it, where abstaining, the
     right answer of the unrepairable case, now fails. No other family has a contrast."""
     cases = _cases()
     unrepairable = [c for c in cases if c.public.family == "unrepairable"]
-    twins = contrast_cases(cases)
+    twins = contrast_cases(cases, form)
     assert len(twins) == len(unrepairable) == 30
     kept = {f.name for f in dataclasses.fields(PublicCase)} - {"case_id", "family", "request"}
     for case, twin in zip(unrepairable, twins, strict=True):
@@ -111,8 +121,10 @@ def test_the_contrast_of_an_unrepairable_case_differs_from_it_in_the_request_alo
         assert pub.family == off.corruption["family"] == "missing_required"
         assert off.corruption["contrast_of"] == case.public.case_id
         assert {name: getattr(pub, name) for name in kept} == {name: getattr(case.public, name) for name in kept}
-        stated = pub.request.removeprefix(case.public.request)
-        assert stated != pub.request and canonical_json(value) in stated
+        stated = _inserted(case.public.request, pub.request)
+        assert canonical_json(value) in stated
+        if form == "appended":
+            assert pub.request.startswith(case.public.request)
         assert request_values(pub.request, argument_labels(pub))[key] == value  # where the heuristic reads it
         env = _env(twin)
         result = env.step(env.initial_state(pub.candidate), json.dumps(off.target_patch))
@@ -124,10 +136,75 @@ def test_the_contrast_of_an_unrepairable_case_differs_from_it_in_the_request_alo
         assert semantic_outcome(case.public, case.offline, None, abstained=True).success
         # keyed as case generation keys a case of its tool that ends where it ends
         assert off.cluster == cluster_key(pub.tool, off.target, pub.candidate) != case.offline.cluster
-    assert all(contrast_case(c) is None for c in cases if c.public.family != "unrepairable")
+    assert all(contrast_case(c, form) is None for c in cases if c.public.family != "unrepairable")
     # an imported tool's request is a person's words: no catalog clause to append, no sandbox
     imported = dataclasses.replace(unrepairable[0], public=dataclasses.replace(unrepairable[0].public, tool="bfcl_lookup"))
-    assert contrast_case(imported) is None
+    assert contrast_case(imported, form) is None
+    with pytest.raises(ConfigError, match="unknown contrast form 'inline'"):
+        contrast_case(unrepairable[0], "inline")
+
+
+@pytest.mark.parametrize("style", ["verbatim", "paraphrase"])
+def test_a_clause_contrast_reads_like_any_request_the_renderer_writes(style: str) -> None:
+    """The stated value is one more clause in the renderer's own forms and joiner: the contrast's
+    request parses as a request for the repaired call, with the unrepairable request's clauses in
+    their order and one clause more, at a place seeded by the case id that is not always the last
+    (an appended value was a cue a policy learned in place of the value)."""
+    cases = generate_cases(GenerateConfig(seed=12, n=390, request_style=style))
+    unrepairable = [c for c in cases if c.public.family == "unrepairable"]
+    places: Counter[str] = Counter()
+    for case in unrepairable:
+        twin = contrast_case(case, "clause")
+        assert twin is not None and twin == contrast_case(case, "clause")  # seeded by the case id alone
+        spec = next(t for t in all_tools() if t.name == case.public.tool)
+        key, value = case.offline.corruption["withheld"], case.offline.corruption["withheld_value"]
+        before = parse_request(case.public.request, spec, case.public.candidate, style=style)
+        after = parse_request(twin.public.request, spec, {**case.public.candidate, key: value}, style=style)
+        assert before is not None and after is not None, (case.public.request, twin.public.request)
+        assert (after.intro, after.lead, after.joiner, after.tail) == (before.intro, before.lead, before.joiner, before.tail)
+        added = [c for c in after.clauses if c not in before.clauses]
+        assert len(added) == 1 and [c for c in after.clauses if c != added[0]] == list(before.clauses)
+        assert spec.label(key) in added[0] and _inserted(case.public.request, twin.public.request)
+        at = after.clauses.index(added[0])
+        places["first" if at == 0 else "last" if at == len(before.clauses) else "between"] += 1
+        full = {**case.public.candidate, key: value}
+        for index, place in ((0, 0), (-1, len(before.clauses))):
+            moved = contrast_case(case, "clause", index=index)
+            assert moved is not None
+            parts = parse_request(moved.public.request, spec, full, style=style)
+            assert parts is not None and spec.label(key) in parts.clauses[place]
+        with pytest.raises(ValueError, match="outside the request"):
+            contrast_case(case, "clause", index=len(before.clauses) + 1)
+    assert len(unrepairable) == 30 and set(places) == {"first", "last", "between"}, places
+    # a request edited on disk is no longer one the renderer wrote: no minimal contrast to build
+    edited = dataclasses.replace(unrepairable[0].public, request=unrepairable[0].public.request + " Thanks!")
+    assert contrast_case(dataclasses.replace(unrepairable[0], public=edited), "clause") is None
+
+
+# separators, the lead, clause words and labels: what could split or shift a clause if a parser trusted them
+_HOSTILE_TEXT = st.lists(
+    st.sampled_from([*'ab ;.-=:\n"', "; ", ". ", "\n- ", "the table", "use ", " as the ", " should be "]), max_size=6
+).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 2**31 - 1), style=st.sampled_from(["verbatim", "paraphrase"]))
+def test_add_clause_is_one_insertion_whatever_the_values_hold(data: st.DataObject, seed: int, style: str) -> None:
+    """Values holding the joiners, the lead, labels and clause words cannot split or shift a
+    clause: the request with a clause added is the request as written plus that clause, and it
+    parses back as a request for every argument."""
+    spec = data.draw(st.sampled_from(all_tools()))
+    args = spec.sample(random.Random(seed), make_sandbox(spec.family, seed))
+    args = {k: data.draw(_HOSTILE_TEXT) if isinstance(v, str) else v for k, v in args.items()}
+    key = data.draw(st.sampled_from(sorted(args)))
+    rng = random.Random(seed)
+    request = render_request(spec, args, rng, omit=(key,), style=style)
+    stated = {k: v for k, v in args.items() if k != key}
+    longer = add_clause(request, spec, stated, key, args[key], rng, style=style)
+    assert longer is not None, request
+    _inserted(request, longer)
+    parts = parse_request(longer, spec, args, style=style)
+    assert parts is not None and len(parts.clauses) == len(args)
 
 
 def test_oracle_rejects_near_misses() -> None:

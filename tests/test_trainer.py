@@ -22,10 +22,10 @@ from contractrl.errors import ConfigError  # noqa: E402
 from contractrl.evidence.judge import Judge, UnsafeDispatchError  # noqa: E402
 from contractrl.rollout.cpu import cpu_bf16_native  # noqa: E402
 from contractrl.rollout.ledger import read_ledger  # noqa: E402
-from contractrl.tasks.contrast import CONTRAST_SUFFIX  # noqa: E402
+from contractrl.tasks.contrast import CONTRAST_SUFFIX, contrast_case  # noqa: E402
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.trainer.config import TrainConfig  # noqa: E402
-from contractrl.trainer.entry import train  # noqa: E402
+from contractrl.trainer.entry import grpo_contrasts, sft_demonstrations, train  # noqa: E402
 from contractrl.trainer.grpo import decision_advantages, without_variance  # noqa: E402
 from contractrl.trainer.loop import advantage_spans, grpo_cases, with_contrasts  # noqa: E402
 from contractrl.validators.jsonvalue import canonical_json  # noqa: E402
@@ -213,6 +213,21 @@ def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: 
     assert [row["advantage_groups"] for row in _metrics(out)] == [2, 2, 2]  # the twins share one baseline
     with pytest.raises(ConfigError, match="none of the 12 training cases is an unrepairable case"):
         train(_config(tmp_path / "none", model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra[:3], *extra[-2:]))
+
+
+@pytest.mark.parametrize("form", ["appended", "clause"])
+def test_data_contrast_form_builds_both_stages_contrasts(tmp_path: Path, form: str) -> None:
+    """``data.contrast_form`` reaches SFT's contrast demonstrations and GRPO's contrast groups alike."""
+    cases = generate_cases(GenerateConfig(seed=5, n=26))
+    config = load_config(
+        TrainConfig, TINY_YAML, [*SMALL, f"out={tmp_path}", f"data.contrast_form={form}", "grpo.contrast_unrepairable=true"]
+    )
+    expected = [contrast_case(c, form) for c in cases if c.public.family == "unrepairable"]
+    assert len(expected) == 2 and grpo_contrasts(cases, config) == expected
+    demos = sft_demonstrations(cases, config.sft, config.data.contrast_form)
+    assert [d.case for d in demos if d.case.case_id.endswith(CONTRAST_SUFFIX)] == [t.public for t in expected]
+    with pytest.raises(ConfigError, match="contrast_form"):
+        load_config(TrainConfig, TINY_YAML, [*SMALL, f"out={tmp_path}", "data.contrast_form=inline"])
 
 
 def test_with_contrasts_puts_each_contrast_right_after_its_case() -> None:

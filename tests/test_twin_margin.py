@@ -14,6 +14,7 @@ from types import ModuleType
 
 import pytest
 
+from contractrl.tasks.contrast import contrast_case
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 
 from .conftest import load_benchmark
@@ -24,9 +25,10 @@ def margin() -> ModuleType:
     return load_benchmark("twin_margin")
 
 
-def test_twin_prompts_differ_in_the_request_alone(margin: ModuleType) -> None:
+@pytest.mark.parametrize("form", ["appended", "clause"])
+def test_twin_prompts_differ_in_the_request_alone(margin: ModuleType, form: str) -> None:
     cases = generate_cases(GenerateConfig(seed=5, n=26))
-    pairs = margin.twin_pairs(cases)
+    pairs = margin.twin_pairs(cases, form=form)
     assert len(pairs) == sum(c.public.family == "unrepairable" for c in cases) == 2
     for case, twin in pairs:
         a, b = margin.first_prompt(case, None).splitlines(), margin.first_prompt(twin, None).splitlines()
@@ -42,8 +44,21 @@ def test_stated_first_moves_the_value_and_nothing_else(margin: ModuleType) -> No
         assert start.public.request == f"{stated} {case.public.request}" != end.public.request
         assert sorted(start.public.request.split()) == sorted(end.public.request.split())
         assert start.offline == end.offline
-    with pytest.raises(ValueError, match="end or start"):
+    with pytest.raises(ValueError, match="one of form, start, end"):
         margin.twin_pairs(cases, "middle")
+
+
+def test_a_clause_contrast_is_moved_among_the_clauses(margin: ModuleType) -> None:
+    """``--form clause --stated start|end``: the same clause first or last among the request's
+    clauses; where the form puts it, the place seeded by the case id."""
+    cases = generate_cases(GenerateConfig(seed=5, n=26))
+    seeded, first, last = (margin.twin_pairs(cases, stated, "clause") for stated in ("form", "start", "end"))
+    assert len(seeded) == len(first) == len(last) == 2
+    for (case, twin), (_, start), (_, end) in zip(seeded, first, last, strict=True):
+        assert twin == contrast_case(case, "clause")
+        assert start == contrast_case(case, "clause", index=0) and end == contrast_case(case, "clause", index=-1)
+        assert start.offline == end.offline == twin.offline and start.public.request != end.public.request
+        assert len(start.public.request) == len(end.public.request)  # the same clause in another place
 
 
 def test_summary_arithmetic(margin: ModuleType) -> None:

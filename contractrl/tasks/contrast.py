@@ -4,8 +4,15 @@ An unrepairable case and a missing_required case carry the same report; only the
 whether the value can be found. A policy that has not learned to read the request for it can only
 learn "abstain more" or "abstain less", and measured runs did exactly that (benchmarks/RESULTS.md,
 G8 and G13): weighting one family moved the other the opposite way. The contrast makes the request
-the *only* difference: the unrepairable case's call, report, schema, budgets and sandbox world, with
-``"<label>: <value>."`` appended to the request, and the repair as its target.
+the *only* difference: the unrepairable case's call, report, schema, budgets and sandbox world, the
+withheld value stated in the request, and the repair as its target.
+
+How the request states it is the contrast's ``form``. ``appended`` (the default, and every recorded
+run before 2026-12-05) adds ``"<label>: <value>."`` after the request's last clause, which no request
+the renderer writes does: a policy trained on many such pairs learned that place, not the value
+(benchmarks/RESULTS.md, "A larger share of twins"). ``clause`` writes the value as one more clause
+of the request in the renderer's own forms, joined like the others, at a place seeded by the case
+id (:func:`~contractrl.tasks.requests.add_clause`), so the value's presence is the only cue.
 
 SFT learns from it as a demonstration (``sft.contrast_unrepairable``); GRPO rolls it out in the same
 step as its unrepairable case (``grpo.contrast_unrepairable``), so within one update abstaining is
@@ -17,6 +24,8 @@ joins a held-out set.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import random
 from collections.abc import Sequence
 
 from ..errors import ConfigError
@@ -25,16 +34,22 @@ from ..validators.pointer import format_pointer
 from .cases import Case, OfflineCase
 from .catalog import get_tool
 from .generate import cluster_key
+from .requests import add_clause
 from .sources import sandbox_expected
 
 CONTRAST_SUFFIX = "-contrast"
 CONTRAST_FAMILY = "missing_required"
+CONTRAST_FORMS = ("appended", "clause")
 
 
-def contrast_case(case: Case) -> Case | None:
+def contrast_case(case: Case, form: str = "appended", *, index: int | None = None) -> Case | None:
     """The minimal contrast of an unrepairable built-in case, or None for any other case (another
     family, or an imported tool, whose request is a person's own words and not the catalog's
-    clauses, and which has no sandbox to say what the repaired call does)."""
+    clauses, and which has no sandbox to say what the repaired call does). ``index`` puts a
+    ``clause`` form's clause at that place among the request's clauses instead of the seeded one
+    (``benchmarks/twin_margin.py --stated``)."""
+    if form not in CONTRAST_FORMS:
+        raise ConfigError(f"unknown contrast form {form!r}; choose from {', '.join(CONTRAST_FORMS)}")
     withheld = case.offline.corruption.get("withheld")
     if case.public.family != "unrepairable" or not isinstance(withheld, str) or not isinstance(case.public.candidate, dict):
         return None
@@ -48,12 +63,17 @@ def contrast_case(case: Case) -> Case | None:
     if expected is None:  # the withheld value came from a call that ran; guard the invariant all the same
         return None
     case_id = case.public.case_id + CONTRAST_SUFFIX
-    public = dataclasses.replace(
-        case.public,
-        case_id=case_id,
-        family=CONTRAST_FAMILY,
-        request=f"{case.public.request} {spec.label(withheld)}: {canonical_json(value)}.",
-    )
+    if form == "appended":
+        request: str | None = f"{case.public.request} {spec.label(withheld)}: {canonical_json(value)}."
+    else:
+        style = case.offline.corruption.get("request_style", "verbatim")
+        seed = int(hashlib.sha256(canonical_json(["contrast", case_id]).encode()).hexdigest()[:16], 16)
+        request = add_clause(
+            case.public.request, spec, case.public.candidate, withheld, value, random.Random(seed), style=style, index=index
+        )
+        if request is None:  # not a request the catalog's renderer wrote (edited on disk): no minimal contrast
+            return None
+    public = dataclasses.replace(case.public, case_id=case_id, family=CONTRAST_FAMILY, request=request)
     pointer = format_pointer([withheld])
     offline = OfflineCase(
         case_id=case_id,
@@ -66,9 +86,9 @@ def contrast_case(case: Case) -> Case | None:
     return Case(public, offline)
 
 
-def contrast_cases(cases: Sequence[Case]) -> list[Case]:
+def contrast_cases(cases: Sequence[Case], form: str = "appended") -> list[Case]:
     """The contrast of every case that has one, in the cases' order."""
-    return [twin for case in cases if (twin := contrast_case(case)) is not None]
+    return [twin for case in cases if (twin := contrast_case(case, form)) is not None]
 
 
-__all__ = ["CONTRAST_FAMILY", "CONTRAST_SUFFIX", "contrast_case", "contrast_cases"]
+__all__ = ["CONTRAST_FAMILY", "CONTRAST_FORMS", "CONTRAST_SUFFIX", "contrast_case", "contrast_cases"]

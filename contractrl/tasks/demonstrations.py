@@ -93,10 +93,10 @@ def rejected_attempt(case: Case, arm: str, *, root_fallback: bool = False) -> st
     return canonical_json([{"op": "replace", "path": pointer, "value": value}])
 
 
-def contrast_demonstration(case: Case, arm: str) -> Demonstration | None:
+def contrast_demonstration(case: Case, arm: str, form: str = "appended") -> Demonstration | None:
     """For an unrepairable built-in case: its minimal contrast (:func:`contrast_case`, the withheld
-    value stated in the request) answered by the repair; else None."""
-    twin = contrast_case(case)
+    value stated in the request in ``form``) answered by the repair; else None."""
+    twin = contrast_case(case, form)
     return None if twin is None else Demonstration(twin.public, gold_answer(twin, arm))
 
 
@@ -113,11 +113,12 @@ def demonstrations(
     noisy_retries: bool = False,
     abstain_repeat: int = 1,
     contrast: bool = False,
+    contrast_form: str = "appended",
 ) -> list[Demonstration]:
     """Each case's first decision, repeated ``abstain_repeat`` times where the answer is ABSTAIN
     (the rare answer of a first-token choice), then its later decision when ``retries`` (or when
-    ``noisy_retries`` and its first report is noisy), then its minimal contrast when ``contrast``
-    (unrepairable cases only)."""
+    ``noisy_retries`` and its first report is noisy), then its minimal contrast in ``contrast_form``
+    when ``contrast`` (unrepairable cases only)."""
     if abstain_repeat < 1:
         raise ConfigError(f"abstain_repeat must be >= 1, got {abstain_repeat}")
     out: list[Demonstration] = []
@@ -129,7 +130,7 @@ def demonstrations(
             earlier = rejected_attempt(case, arm, root_fallback=noisy)
             if earlier is not None and earlier != answer:
                 out.append(Demonstration(case.public, answer, (earlier,)))
-        if contrast and (paired := contrast_demonstration(case, arm)) is not None:
+        if contrast and (paired := contrast_demonstration(case, arm, contrast_form)) is not None:
             out.append(paired)
     return out
 

@@ -13,10 +13,12 @@ which case the value appears nowhere in the request.
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import json
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
@@ -33,6 +35,7 @@ _CLAUSES = (
     "{label} = {value}",
 )
 _JOINERS = ("; ", ". ", "\n- ")
+_TOOL_OUTPUT = "\n\nOutput of the previous tool call:\n"
 
 
 def render_request(
@@ -50,21 +53,103 @@ def render_request(
     skipped = set(omit)
     keys = [k for k in args if k not in skipped]
     rng.shuffle(keys)
-    properties = spec.schema.get("properties", {})
-
-    def written(key: str) -> str:
-        if style == "paraphrase":
-            return paraphrase_value(args[key], properties.get(key, {}))
-        return canonical_json(args[key])
-
-    clauses = [rng.choice(_CLAUSES).format(label=spec.label(k), value=written(k)) for k in keys]
+    clauses = [rng.choice(_CLAUSES).format(label=spec.label(k), value=_written(spec, k, args[k], style)) for k in keys]
     joiner = rng.choice(_JOINERS)
     body = joiner.join(clauses)
     lead = "\n- " if joiner == "\n- " else " "
     text = f"{rng.choice(spec.intros)}{lead}{body}."
     if tool_output is not None:
-        text += f"\n\nOutput of the previous tool call:\n{tool_output}"
+        text += f"{_TOOL_OUTPUT}{tool_output}"
     return text
+
+
+@dataclass(frozen=True)
+class RequestParts:
+    """A request as :func:`render_request` builds it: ``intro + lead + joiner.join(clauses) + "." + tail``."""
+
+    intro: str
+    lead: str
+    joiner: str
+    clauses: tuple[str, ...]
+    tail: str  # the earlier tool's output, or ""
+
+    def text(self) -> str:
+        return f"{self.intro}{self.lead}{self.joiner.join(self.clauses)}.{self.tail}"
+
+
+def add_clause(
+    request: str,
+    spec: ToolSpec,
+    stated: Mapping[str, Any],
+    key: str,
+    value: Any,
+    rng: random.Random,
+    *,
+    style: str = "verbatim",
+    index: int | None = None,
+) -> str | None:
+    """``request``, as :func:`render_request` wrote it for the arguments ``stated``, with one more
+    clause stating ``key``'s ``value``: one of the renderer's own forms, joined like the other
+    clauses, at a seeded place among them (or at ``index``: 0 before the first, -1 after the last).
+    Every other character stays where it was, so the two requests differ by that clause alone and
+    the new one reads like any request the renderer writes; a value appended after the last clause
+    instead is a cue of its own, which a policy learned in place of the value
+    (benchmarks/RESULTS.md, "A larger share of twins"). None when ``request`` is not a text the
+    renderer writes for ``stated``."""
+    parts = parse_request(request, spec, stated, style=style)
+    if parts is None:
+        return None
+    form = rng.choice(_CLAUSES).format(label=spec.label(key), value=_written(spec, key, value, style))
+    places = len(parts.clauses) + 1
+    at = rng.randrange(places) if index is None else index if index >= 0 else places + index
+    if not 0 <= at < places:
+        raise ValueError(f"index {index} is outside the request's {places} places")
+    clauses = (*parts.clauses[:at], form, *parts.clauses[at:])
+    return dataclasses.replace(parts, clauses=clauses).text()
+
+
+def parse_request(request: str, spec: ToolSpec, stated: Mapping[str, Any], *, style: str = "verbatim") -> RequestParts | None:
+    """The parts of a text :func:`render_request` wrote for the arguments ``stated``, or None. Each
+    clause is matched whole against the forms its key's value can take, so a separator inside a
+    value cannot split one."""
+    if style not in REQUEST_STYLES:
+        raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
+    head, mark, output = request.partition(_TOOL_OUTPUT)
+    if not head.endswith("."):
+        return None
+    forms = {k: [c.format(label=spec.label(k), value=_written(spec, k, v, style)) for c in _CLAUSES] for k, v in stated.items()}
+    for intro in spec.intros:
+        for lead, joiners in ((" ", ("; ", ". ")), ("\n- ", ("\n- ",))):
+            if not head.startswith(intro + lead):
+                continue
+            body = head[len(intro) + len(lead) : -1]
+            for joiner in joiners:
+                clauses = _match_clauses(body, 0, joiner, forms)
+                if clauses is not None:
+                    return RequestParts(intro, lead, joiner, tuple(clauses), mark + output)
+    return None
+
+
+def _written(spec: ToolSpec, key: str, value: Any, style: str) -> str:
+    if style == "paraphrase":
+        return paraphrase_value(value, spec.schema.get("properties", {}).get(key, {}))
+    return canonical_json(value)
+
+
+def _match_clauses(body: str, start: int, joiner: str, forms: Mapping[str, list[str]]) -> list[str] | None:
+    """The clauses of ``body[start:]``, one per key of ``forms`` in some order, or None."""
+    if not forms:
+        return [] if start == len(body) else None
+    for key, options in forms.items():
+        rest = {k: v for k, v in forms.items() if k != key}
+        for clause in options:
+            end = start + len(clause)
+            if not body.startswith(clause, start) or (rest and not body.startswith(joiner, end)):
+                continue
+            tail = _match_clauses(body, end + len(joiner) if rest else end, joiner, rest)
+            if tail is not None:
+                return [clause, *tail]
+    return None
 
 
 # --- the paraphrase style: forms people write, each read back exactly by read_value ----------------

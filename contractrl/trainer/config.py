@@ -111,6 +111,12 @@ class DataConfig:
     tool_families: tuple[str, ...] = setting(TOOL_FAMILIES, help="tool families of the built-in catalog to draw from")
     max_attempts: int = setting(2, help="attempt budget B of every episode")
     max_ops: int = setting(2, help="operation budget K of every episode")
+    contrast_form: Literal["appended", "clause"] = setting(
+        "appended",
+        help="how an unrepairable case's minimal contrast (sft/grpo.contrast_unrepairable) states the withheld "
+        "value: appended after the request's last clause, or as one more clause at a seeded place among them; a "
+        "policy trained on many appended contrasts learned the place, not the value (tasks/contrast.py)",
+    )
     disjoint: tuple[str, ...] = setting(
         ("case_id", "candidate_fingerprint", "target_fingerprint", "semantic_cluster"),
         help="audit units on which held-out cases must not overlap training (the audit's default also pins op "

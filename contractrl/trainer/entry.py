@@ -106,8 +106,9 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
     return train, held_out
 
 
-def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig) -> list[Demonstration]:
-    """The demonstrations ``sft``'s options ask for, over the training cases."""
+def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig, contrast_form: str = "appended") -> list[Demonstration]:
+    """The demonstrations ``sft``'s options ask for, over the training cases (contrasts in
+    ``contrast_form``: ``data.contrast_form``)."""
     return demonstrations(
         cases,
         sft.arm,
@@ -115,6 +116,7 @@ def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig) -> list[Demonstrat
         noisy_retries=sft.noisy_report_retries,
         abstain_repeat=sft.abstain_repeat,
         contrast=sft.contrast_unrepairable,
+        contrast_form=contrast_form,
     )
 
 
@@ -123,7 +125,7 @@ def grpo_contrasts(cases: Sequence[Case], config: TrainConfig) -> list[Case]:
     ``grpo.contrast_unrepairable``); refused when the option is on and no case has one."""
     if "grpo" not in config.stages or not config.grpo.contrast_unrepairable:
         return []
-    twins = contrast_cases(cases)
+    twins = contrast_cases(cases, config.data.contrast_form)
     if not twins:
         raise ConfigError(
             f"grpo.contrast_unrepairable: none of the {len(cases)} training cases is an unrepairable case of the "
@@ -211,7 +213,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
             config,
             train_cases=[c.public for c in train_cases],
             eval_cases=[c.public for c in eval_cases],
-            demos=sft_demonstrations(train_cases, config.sft),
+            demos=sft_demonstrations(train_cases, config.sft, config.data.contrast_form),
             judge=Judge([*train_cases, *eval_cases, *twins]),
             group=group,
             pool=pool,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -350,6 +351,27 @@ def test_later_decision_demonstrations_replay_a_rejected_attempt() -> None:
     assert all(replay_state(d, "patch_sft") is None for d in demonstrations(one, "patch_sft", retries=True) if d.earlier)
     with pytest.raises(ConfigError, match="abstain_repeat must be >= 1"):
         demonstrations(cases, "patch_sft", abstain_repeat=0)
+
+
+def test_contrast_repeat_gives_each_twin_pair_that_many_times() -> None:
+    """Both twins of each pair, and nothing else, come ``contrast_repeat`` times (the unrepairable
+    twin times ``abstain_repeat`` too); every other demonstration as without the option."""
+    from contractrl.tasks.demonstrations import demonstrations
+
+    cases = generate_cases(GenerateConfig(seed=9, n=39))
+    once = demonstrations(cases, "patch_sft", contrast=True, abstain_repeat=2)
+    thrice = demonstrations(cases, "patch_sft", contrast=True, abstain_repeat=2, contrast_repeat=3)
+    count = Counter((d.case.case_id, d.answer, d.earlier) for d in once)
+    unrepairable = {c.public.case_id for c in cases if c.public.family == "unrepairable"}
+    assert len(unrepairable) == 3
+    twins = {key for key in count if key[0] in unrepairable or key[0].removesuffix(CONTRAST_SUFFIX) in unrepairable}
+    expected = {key: n * 3 if key in twins else n for key, n in count.items()}
+    assert Counter((d.case.case_id, d.answer, d.earlier) for d in thrice) == expected
+    assert len(thrice) == len(once) + 3 * 2 * (2 + 1)  # 3 pairs, 2 more times: the unrepairable twin twice, its contrast
+    with pytest.raises(ConfigError, match="contrast_repeat must be >= 1"):
+        demonstrations(cases, "patch_sft", contrast=True, contrast_repeat=0)
+    with pytest.raises(ConfigError, match="repeats the twin pairs, but there are none"):
+        load_config(TrainConfig, TINY_YAML, [*SMALL, "sft.contrast_unrepairable=false", "sft.contrast_repeat=2"])
 
 
 def test_noisy_report_retries_demonstrate_the_decision_that_shows_the_real_report() -> None:

@@ -114,13 +114,19 @@ def demonstrations(
     abstain_repeat: int = 1,
     contrast: bool = False,
     contrast_form: str = "appended",
+    contrast_repeat: int = 1,
 ) -> list[Demonstration]:
     """Each case's first decision, repeated ``abstain_repeat`` times where the answer is ABSTAIN
     (the rare answer of a first-token choice), then its later decision when ``retries`` (or when
     ``noisy_retries`` and its first report is noisy), then its minimal contrast in ``contrast_form``
-    when ``contrast`` (unrepairable cases only)."""
+    when ``contrast`` (unrepairable cases only). ``contrast_repeat`` gives each twin pair, the
+    unrepairable case's first decision and its contrast, that many times in all: the pairs are a
+    few percent of the demonstrations, and at that share the request barely moved ABSTAIN
+    (benchmarks/RESULTS.md, "A larger share of twins")."""
     if abstain_repeat < 1:
         raise ConfigError(f"abstain_repeat must be >= 1, got {abstain_repeat}")
+    if contrast_repeat < 1:
+        raise ConfigError(f"contrast_repeat must be >= 1, got {contrast_repeat}")
     out: list[Demonstration] = []
     for case in cases:
         answer = gold_answer(case, arm)
@@ -132,6 +138,8 @@ def demonstrations(
                 out.append(Demonstration(case.public, answer, (earlier,)))
         if contrast and (paired := contrast_demonstration(case, arm, contrast_form)) is not None:
             out.append(paired)
+            first = [Demonstration(case.public, answer)] * (abstain_repeat if answer == ABSTAIN else 1)
+            out.extend([*first, paired] * (contrast_repeat - 1))
     return out
 
 

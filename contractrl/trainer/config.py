@@ -183,12 +183,22 @@ class SFTConfig:
         help="pair each unrepairable case with its minimal contrast: the value stated in the request, the repair "
         "as the answer (tasks/demonstrations.py)",
     )
+    contrast_repeat: int = setting(
+        1,
+        help="give each twin pair (an unrepairable case's first decision and its contrast) this many times in all: "
+        "at 1 the pairs are a few percent of the demonstrations and the request barely moved ABSTAIN (RESULTS.md)",
+    )
     optim: OptimConfig = setting(
         factory=lambda: OptimConfig(lr=2e-3, warmup_steps=3, schedule="cosine"), help="optimizer and schedule"
     )
 
     def __post_init__(self) -> None:
         check(self.abstain_repeat >= 1, f"sft.abstain_repeat must be >= 1, got {self.abstain_repeat}")
+        check(self.contrast_repeat >= 1, f"sft.contrast_repeat must be >= 1, got {self.contrast_repeat}")
+        check(
+            self.contrast_repeat == 1 or self.contrast_unrepairable,
+            "sft.contrast_repeat repeats the twin pairs, but there are none: set sft.contrast_unrepairable=true",
+        )
         check(self.max_tokens >= 16, f"sft.max_tokens must be >= 16, got {self.max_tokens}")
         check(self.steps >= 0, f"sft.steps must be >= 0, got {self.steps}")
         check(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")

@@ -117,6 +117,7 @@ def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig, contrast_form: str
         abstain_repeat=sft.abstain_repeat,
         contrast=sft.contrast_unrepairable,
         contrast_form=contrast_form,
+        contrast_repeat=sft.contrast_repeat,
     )
 
 

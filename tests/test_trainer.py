@@ -353,6 +353,41 @@ def test_later_decision_demonstrations_replay_a_rejected_attempt() -> None:
         demonstrations(cases, "patch_sft", abstain_repeat=0)
 
 
+@pytest.mark.parametrize("weight", [1.0, 8.0])
+def test_decision_weight_scales_the_first_answer_token_of_the_sft_loss(tmp_path: Path, model_cache: str, weight: float) -> None:
+    """``sft.decision_weight``: the loss counts each answer's first token (ABSTAIN or a patch)
+    ``weight`` times and every other answer token once, over answers of different lengths in one
+    micro-batch; the loop's denominator counts the same way."""
+    import torch
+
+    from contractrl.trainer.learner import Learner
+    from contractrl.trainer.loop import sft_token_weight
+
+    config = _config(tmp_path, model_cache, *IN_PROCESS, "deepspeed.enabled=false", f"sft.decision_weight={weight}")
+    learner = Learner(config)
+    learner.start_stage("sft", 1)
+    tok = learner.tokenizer
+
+    def ids(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    pairs = [
+        (ids("a prompt"), [*ids("ABSTAIN"), tok.eos_token_id]),
+        (ids("another, longer prompt"), [*ids('[{"op":"add","path":"/a","value":1}]'), tok.eos_token_id]),
+    ]
+    with torch.no_grad():
+        logprobs, mask = learner._batch_logprobs(pairs, 1.0)
+    first = [float(logprobs[row, mask.shape[1] - len(answer)]) for row, (_, answer) in enumerate(pairs)]
+    expected = -float((logprobs * mask).sum()) - (weight - 1.0) * sum(first)
+    denominator = sum(sft_token_weight(answer, weight) for _, answer in pairs)
+    assert denominator == sum(len(a) for _, a in pairs) + 2 * (weight - 1.0)
+    stats = learner.sft_step(pairs, denominator)
+    assert stats["loss_sum"] == pytest.approx(expected, rel=1e-4)
+    assert stats["tokens"] == sum(len(a) for _, a in pairs)
+    with pytest.raises(ConfigError, match="decision_weight must be > 0"):
+        _config(tmp_path, model_cache, "sft.decision_weight=0")
+
+
 def test_contrast_repeat_gives_each_twin_pair_that_many_times() -> None:
     """Both twins of each pair, and nothing else, come ``contrast_repeat`` times (the unrepairable
     twin times ``abstain_repeat`` too); every other demonstration as without the option."""

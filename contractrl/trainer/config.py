@@ -183,6 +183,11 @@ class SFTConfig:
         help="pair each unrepairable case with its minimal contrast: the value stated in the request, the repair "
         "as the answer (tasks/demonstrations.py)",
     )
+    decision_weight: float = setting(
+        1.0,
+        help="weight of each answer's first token, the decision between ABSTAIN and a patch, in the loss (the "
+        "others weigh 1): at 1 it is about 1/40 of a patch demonstration's loss; the logged loss is the weighted mean",
+    )
     contrast_repeat: int = setting(
         1,
         help="give each twin pair (an unrepairable case's first decision and its contrast) this many times in all: "
@@ -195,6 +200,7 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check(self.abstain_repeat >= 1, f"sft.abstain_repeat must be >= 1, got {self.abstain_repeat}")
         check(self.contrast_repeat >= 1, f"sft.contrast_repeat must be >= 1, got {self.contrast_repeat}")
+        check(self.decision_weight > 0, f"sft.decision_weight must be > 0, got {self.decision_weight}")
         check(
             self.contrast_repeat == 1 or self.contrast_unrepairable,
             "sft.contrast_repeat repeats the twin pairs, but there are none: set sft.contrast_unrepairable=true",

@@ -185,7 +185,9 @@ class Learner:
         return logprobs, mask
 
     def sft_step(self, examples: Sequence[tuple[Sequence[int], Sequence[int]]], token_denominator: float) -> dict[str, float]:
-        """One optimizer step of token-level cross-entropy on answer tokens only."""
+        """One optimizer step of token-level cross-entropy on answer tokens only, each answer's first
+        token (ABSTAIN or a patch: the decision) weighted ``sft.decision_weight``; the caller's
+        ``token_denominator`` counts it with that weight (:func:`sft_token_weight`)."""
         engine = self._require_engine()
         chunks = _micro_batches(examples, self.config.sft.micro_batch_size, lambda e: len(e[0]) + len(e[1]))
         total = 0.0
@@ -196,7 +198,10 @@ class Learner:
                 engine.backward(self._zero_loss(), last=last)
                 continue
             logprobs, mask = self._batch_logprobs(chunk, 1.0)
-            loss = -(logprobs * mask).sum() / token_denominator
+            weights = mask.clone()
+            for row, (_, answer) in enumerate(chunk):  # completions are right-aligned: the first sits at width - len
+                weights[row, mask.shape[1] - len(answer)] = self.config.sft.decision_weight
+            loss = -(logprobs * weights).sum() / token_denominator
             engine.backward(loss, last=last)
             total += float(loss.detach()) * token_denominator
             tokens += float(mask.sum())

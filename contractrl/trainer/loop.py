@@ -108,6 +108,12 @@ def sft_examples(demos: Sequence[Demonstration], arm: str, tokenizer: Any) -> tu
     return examples, unreachable
 
 
+def sft_token_weight(answer: Sequence[int], decision_weight: float) -> float:
+    """An answer's share of the SFT loss's denominator: its tokens, the first (the decision) counted
+    ``decision_weight`` times, so the loss stays a weighted mean per token."""
+    return len(answer) + (decision_weight - 1.0) if answer else 0.0
+
+
 def derived_seed(*parts: Any) -> int:
     """A 32-bit seed from any JSON-able parts: batches and sampling depend on (seed, stage, step) only."""
     return int(hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()[:8], 16)
@@ -307,7 +313,7 @@ class Trainer:
         if not examples:
             raise ValueError("SFT needs at least one demonstration")
         batch = [examples[i] for i in batch_indices(self.config.seed, "sft", step, len(examples), self.config.sft.batch_size)]
-        denominator = float(sum(len(answer) for _, answer in batch))
+        denominator = sum(sft_token_weight(answer, self.config.sft.decision_weight) for _, answer in batch)
         start = time.perf_counter()
         stats = self.group.sft_step(batch, denominator)
         elapsed = time.perf_counter() - start

@@ -29,14 +29,14 @@ from contractrl.pipeline import load_main_job_config
 from contractrl.trainer.config import TrainConfig
 from contractrl.trainer.entry import config_tokenizer, prepare_cases, sft_demonstrations
 from contractrl.trainer.learner import Learner
-from contractrl.trainer.loop import batch_indices, sft_examples
+from contractrl.trainer.loop import batch_indices, sft_examples, sft_token_weight
 
 
 def main_job_examples(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
     """The SFT examples of ``config``'s training run, as its trainer builds them."""
     with tempfile.TemporaryDirectory() as scratch:
         train, _ = prepare_cases(replace(config.data, eval_cases=0), Path(scratch))
-    examples, _ = sft_examples(sft_demonstrations(train, config.sft), config.sft.arm, tokenizer)
+    examples, _ = sft_examples(sft_demonstrations(train, config), config.sft.arm, tokenizer)
     return [e for e in examples if len(e[0]) + len(e[1]) <= config.sft.max_tokens]
 
 
@@ -58,7 +58,7 @@ def time_steps(config: TrainConfig, batches: Sequence[Sequence[tuple[list[int], 
     learner.start_stage("sft", len(batches))
     seconds, losses = [], []
     for batch in batches:
-        denominator = float(sum(len(answer) for _, answer in batch))
+        denominator = sum(sft_token_weight(answer, config.sft.decision_weight) for _, answer in batch)
         start = time.perf_counter()
         stats = learner.sft_step(batch, denominator)
         seconds.append(time.perf_counter() - start)

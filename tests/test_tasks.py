@@ -19,7 +19,7 @@ from contractrl.errors import ConfigError
 from contractrl.rollout.policies import argument_labels, request_values
 from contractrl.tasks.audit import OverlapIndex, audit
 from contractrl.tasks.cases import Case, PublicCase
-from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, make_sandbox
+from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, get_tool, make_sandbox
 from contractrl.tasks.contrast import CONTRAST_FORMS, CONTRAST_SUFFIX, contrast_case, contrast_cases
 from contractrl.tasks.corruptions import ABSTAIN_FAMILIES, CORRUPTION_FAMILIES
 from contractrl.tasks.generate import GenerateConfig, cluster_key, generate_cases
@@ -156,7 +156,7 @@ def test_a_clause_contrast_reads_like_any_request_the_renderer_writes(style: str
     for case in unrepairable:
         twin = contrast_case(case, "clause")
         assert twin is not None and twin == contrast_case(case, "clause")  # seeded by the case id alone
-        spec = next(t for t in all_tools() if t.name == case.public.tool)
+        spec = get_tool(case.public.tool)
         key, value = case.offline.corruption["withheld"], case.offline.corruption["withheld_value"]
         before = parse_request(case.public.request, spec, case.public.candidate, style=style)
         after = parse_request(twin.public.request, spec, {**case.public.candidate, key: value}, style=style)

@@ -225,7 +225,7 @@ def test_data_contrast_form_builds_both_stages_contrasts(tmp_path: Path, form: s
     )
     expected = [contrast_case(c, form) for c in cases if c.public.family == "unrepairable"]
     assert len(expected) == 2 and grpo_contrasts(cases, config) == expected
-    demos = sft_demonstrations(cases, config.sft, config.data.contrast_form)
+    demos = sft_demonstrations(cases, config)
     assert [d.case for d in demos if d.case.case_id.endswith(CONTRAST_SUFFIX)] == [t.public for t in expected]
     with pytest.raises(ConfigError, match="contrast_form"):
         load_config(TrainConfig, TINY_YAML, [*SMALL, f"out={tmp_path}", "data.contrast_form=inline"])

@@ -35,7 +35,7 @@ _CLAUSES = (
     "{label} = {value}",
 )
 _JOINERS = ("; ", ". ", "\n- ")
-_TOOL_OUTPUT = "\n\nOutput of the previous tool call:\n"
+TOOL_OUTPUT_HEADING = "\n\nOutput of the previous tool call:\n"  # before an earlier tool's output, in any source's request
 
 
 def render_request(
@@ -59,7 +59,7 @@ def render_request(
     lead = "\n- " if joiner == "\n- " else " "
     text = f"{rng.choice(spec.intros)}{lead}{body}."
     if tool_output is not None:
-        text += f"{_TOOL_OUTPUT}{tool_output}"
+        text += f"{TOOL_OUTPUT_HEADING}{tool_output}"
     return text
 
 
@@ -114,7 +114,7 @@ def parse_request(request: str, spec: ToolSpec, stated: Mapping[str, Any], *, st
     value cannot split one."""
     if style not in REQUEST_STYLES:
         raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
-    head, mark, output = request.partition(_TOOL_OUTPUT)
+    head, mark, output = request.partition(TOOL_OUTPUT_HEADING)
     if not head.endswith("."):
         return None
     forms = {k: [c.format(label=spec.label(k), value=_written(spec, k, v, style)) for c in _CLAUSES] for k, v in stated.items()}

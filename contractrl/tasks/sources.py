@@ -28,7 +28,7 @@ from ..validators.pointer import escape_token
 from .bfcl import BfclEntry, ground_truth_call, load_bfcl_dir
 from .catalog import make_sandbox, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, iter_leaves
-from .requests import REQUEST_STYLES, render_request
+from .requests import REQUEST_STYLES, TOOL_OUTPUT_HEADING, render_request
 from .spec import ToolSpec
 
 BUILTIN = "builtin"
@@ -206,7 +206,7 @@ class BfclSource(_ImportedSource):
         for key in corruption.omit:  # the unrepairable family: the value is taken out of the question
             text = redact(text, call.args[key])
         if corruption.tool_output is not None:
-            text += f"\n\nOutput of the previous tool call:\n{corruption.tool_output}"
+            text += f"{TOOL_OUTPUT_HEADING}{corruption.tool_output}"
         return text
 
     def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:

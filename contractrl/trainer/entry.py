@@ -34,7 +34,7 @@ from ..tasks.offline import read_cases
 from ..tasks.sources import source_families
 from ..tasks.store import MANIFEST_FILE, write_case_set
 from ..validators.jsonvalue import sha256_json
-from .config import DataConfig, SFTConfig, TrainConfig
+from .config import DataConfig, TrainConfig
 from .loop import Trainer, TrainResult, derived_seed
 from .presets import load_tokenizer, model_path
 
@@ -106,9 +106,10 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
     return train, held_out
 
 
-def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig, contrast_form: str = "appended") -> list[Demonstration]:
-    """The demonstrations ``sft``'s options ask for, over the training cases (contrasts in
-    ``contrast_form``: ``data.contrast_form``)."""
+def sft_demonstrations(cases: Sequence[Case], config: TrainConfig) -> list[Demonstration]:
+    """The demonstrations ``config.sft``'s options ask for, over the training cases (contrasts in
+    ``data.contrast_form``, as GRPO's: :func:`grpo_contrasts`)."""
+    sft = config.sft
     return demonstrations(
         cases,
         sft.arm,
@@ -116,7 +117,7 @@ def sft_demonstrations(cases: Sequence[Case], sft: SFTConfig, contrast_form: str
         noisy_retries=sft.noisy_report_retries,
         abstain_repeat=sft.abstain_repeat,
         contrast=sft.contrast_unrepairable,
-        contrast_form=contrast_form,
+        contrast_form=config.data.contrast_form,
         contrast_repeat=sft.contrast_repeat,
     )
 
@@ -214,7 +215,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
             config,
             train_cases=[c.public for c in train_cases],
             eval_cases=[c.public for c in eval_cases],
-            demos=sft_demonstrations(train_cases, config.sft, config.data.contrast_form),
+            demos=sft_demonstrations(train_cases, config),
             judge=Judge([*train_cases, *eval_cases, *twins]),
             group=group,
             pool=pool,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Any
 
 from ..errors import ConfigError
@@ -64,11 +65,24 @@ class RayPool:
             ray.kill(self.actors[slot])
         self.actors[slot] = self._actor_cls.remote()
 
-    def kill(self, slot: int) -> None:
-        """Kill one actor without replacing it (used by fault-injection tests)."""
+    def kill(self, slot: int, timeout_s: float = 60.0) -> None:
+        """Kill one actor without replacing it (used by fault-injection tests), and return only once
+        it is seen dead: ``ray.kill`` is asynchronous, and a task sent straight after it can still
+        run on the dying actor, so a test that kills a worker would otherwise not always see it fail."""
         import ray
 
-        ray.kill(self.actors[slot], no_restart=True)
+        actor = self.actors[slot]
+        ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get(actor.ping.remote(), timeout=max(0.1, deadline - time.monotonic()))
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError):
+                return
+            except ray.exceptions.GetTimeoutError:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"worker {slot} still answers {timeout_s:g} s after ray.kill")
 
     def shutdown(self) -> None:
         import ray

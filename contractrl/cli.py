@@ -119,7 +119,7 @@ def cmd_cases_generate(args: argparse.Namespace) -> int:
         **({"tool_families": args.tool_families} if args.tool_families else {}),
     )
     disjoint = check_units(args.disjoint or DEFAULT_DISJOINT)
-    excluded = read_cases(args.exclude) if args.exclude else []
+    excluded = [case for directory in args.exclude or [] for case in read_cases(directory)]
     index = OverlapIndex(excluded, disjoint) if excluded else None
     progress = tqdm(range(config.n), desc="cases", unit="case", disable=None, file=sys.stderr)
     cases = generate_cases(config, reject=index.collides if index else None, progress=progress)
@@ -131,7 +131,8 @@ def cmd_cases_generate(args: argparse.Namespace) -> int:
             print("contractrl cases generate: refusing to write a split that overlaps on a disjoint unit", file=sys.stderr)
             return EXIT_REJECTED
         extra["split"] = {
-            "disjoint_from": str(args.exclude),
+            # one set is written as before (a string), so earlier split manifests stay byte-identical
+            "disjoint_from": args.exclude[0] if len(args.exclude) == 1 else list(args.exclude),
             "disjoint_units": list(disjoint),
             "audit": [r.to_dict() for r in rows],
         }
@@ -579,7 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--families", type=_csv, help="corruption families, comma-separated (default: all the source can host: 13, BFCL 11)"
     )
     gen.add_argument("--tool-families", type=_csv, help="built-in tool families, comma-separated (default: all 5)")
-    gen.add_argument("--exclude", help="an existing case set the new one must be disjoint from (a held-out split)")
+    gen.add_argument(
+        "--exclude",
+        action="append",
+        help="an existing case set the new one must be disjoint from (a held-out split); give it once per set",
+    )
     gen.add_argument(
         "--disjoint", type=_csv, help="audit units that must not overlap (default: case ids, fingerprints, ops, clusters)"
     )

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from contractrl.cli import main
 from contractrl.errors import ConfigError
 from contractrl.rollout.policies import argument_labels, request_values
-from contractrl.tasks.audit import OverlapIndex, audit
+from contractrl.tasks.audit import OverlapIndex, audit, fingerprints
 from contractrl.tasks.cases import Case, PublicCase
 from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, get_tool, make_sandbox
 from contractrl.tasks.contrast import CONTRAST_FORMS, CONTRAST_SUFFIX, contrast_case, contrast_cases
@@ -276,6 +276,39 @@ def test_split_generation_refuses_overlap_and_audit_reports_it(tmp_path: Path, c
     # the same set against itself overlaps everywhere: exit 1
     assert main(["cases", "audit", str(train), str(train)]) == 1
     assert "OVERLAP" in capsys.readouterr().out
+    # --exclude once per set: the new split is disjoint from each
+    other, both = tmp_path / "other", tmp_path / "both"
+    assert main(["cases", "generate", "--seed", "5", "--n", "60", "--out", str(other)]) == 0
+    args = ["cases", "generate", "--seed", "2", "--n", "60", "--exclude", str(train), "--exclude", str(other)]
+    assert main([*args, "--out", str(both)]) == 0
+    for excluded in (train, other):
+        assert all(row.ok for row in audit(read_cases(excluded), read_cases(both)))
+    assert json.loads((both / "manifest.json").read_text())["split"]["disjoint_from"] == [str(train), str(other)]
+    assert json.loads((held / "manifest.json").read_text())["split"]["disjoint_from"] == str(train)
+    assert main(["cases", "audit", str(other), str(held)]) == 1  # one exclude pins nothing else
+
+
+def test_abstain_cases_have_no_target_to_overlap_so_a_held_out_split_keeps_their_tools() -> None:
+    """An ABSTAIN case has no target object and no operation sequence: its absence is not a
+    fingerprint (``[tool, None]`` made every ABSTAIN case of a tool collide with all others, and the
+    held-out ABSTAIN families shrank to the two tools training happened to miss)."""
+    abstaining = ("unrepairable", "immutable_field")
+    train = generate_cases(GenerateConfig(seed=1, n=80, families=abstaining))
+    assert len({c.public.tool for c in train}) >= 20
+    for case in train:
+        prints = fingerprints(case)
+        assert prints["target_fingerprint"] == frozenset() and prints["operation_sequence"] == frozenset()
+        assert prints["candidate_fingerprint"] and prints["semantic_cluster"]
+    held = generate_cases(GenerateConfig(seed=2, n=40, families=abstaining), reject=OverlapIndex(train).collides)
+    assert len({c.public.tool for c in held}) >= 10
+    assert all(row.ok for row in audit(train, held))
+    # a case is still refused where it can leak: the same call, or (repairable) the same target
+    same_call = OverlapIndex(train[:1])
+    assert same_call.collides(train[0])
+    repairable = generate_cases(GenerateConfig(seed=3, n=26))
+    answered = [c for c in repairable if c.offline.target is not None]
+    index = OverlapIndex(answered[:1], ("target_fingerprint",))
+    assert index.collides(answered[0]) and not any(index.collides(c) for c in train)
 
 
 def test_a_family_used_up_by_the_excluded_split_says_so() -> None:

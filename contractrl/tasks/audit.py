@@ -60,17 +60,25 @@ def schema_shape(schema: Any) -> Any:
 
 
 def fingerprints(case: Case) -> dict[str, frozenset[str]]:
-    """Each audit unit's fingerprints for one case (most units have exactly one)."""
+    """Each audit unit's fingerprints for one case (most units have exactly one).
+
+    A case whose answer is ABSTAIN has no target object and no operation sequence, so it has no
+    fingerprint in those two units. Fingerprinting the absence (``[tool, None]``) made every
+    ABSTAIN case of a tool collide with every other: a held-out split could then hold ABSTAIN cases
+    only of tools on which training had none, which left two tools for the two ABSTAIN families.
+    What such a case could leak, its call and its cluster, the candidate and cluster units still pin.
+    """
     pub, off = case.public, case.offline
     patch = off.target_patch if isinstance(off.target_patch, list) else []
+    answered = off.target is not None
     primary = pub.report["errors"][0] if pub.report.get("errors") else {"code": "", "pointer": ""}
     return {
         "case_id": frozenset({pub.case_id}),
         "candidate_fingerprint": frozenset({sha256_json([pub.tool, pub.candidate])}),
-        "target_fingerprint": frozenset({sha256_json([pub.tool, off.target])}),
+        "target_fingerprint": frozenset({sha256_json([pub.tool, off.target])} if answered else ()),
         "schema_hash": frozenset({pub.schema_sha256}),
         "target_path": frozenset(f"{pub.tool}:{op['path']}" for op in patch),
-        "operation_sequence": frozenset({sha256_json([pub.tool, off.target_patch])}),
+        "operation_sequence": frozenset({sha256_json([pub.tool, off.target_patch])} if answered else ()),
         "error_template": frozenset({f"{pub.tool}|{primary['code']}|{primary['pointer']}"}),
         "semantic_cluster": frozenset({off.cluster}),
         "schema_shape": frozenset({sha256_json(schema_shape(pub.schema))}),

@@ -302,9 +302,10 @@ def test_abstain_cases_have_no_target_to_overlap_so_a_held_out_split_keeps_their
     held = generate_cases(GenerateConfig(seed=2, n=40, families=abstaining), reject=OverlapIndex(train).collides)
     assert len({c.public.tool for c in held}) >= 10
     assert all(row.ok for row in audit(train, held))
-    # a case is still refused where it can leak: the same call, or (repairable) the same target
-    same_call = OverlapIndex(train[:1])
-    assert same_call.collides(train[0])
+    # a case is still refused where it can leak: the same call under another id, or (repairable)
+    # the same target
+    renamed = dataclasses.replace(train[0], public=dataclasses.replace(train[0].public, case_id="another-id"))
+    assert OverlapIndex(train[:1], ("candidate_fingerprint",)).collides(renamed)
     repairable = generate_cases(GenerateConfig(seed=3, n=26))
     answered = [c for c in repairable if c.offline.target is not None]
     index = OverlapIndex(answered[:1], ("target_fingerprint",))

@@ -307,7 +307,7 @@ def test_abstain_cases_have_no_target_to_overlap_so_a_held_out_split_keeps_their
     renamed = dataclasses.replace(train[0], public=dataclasses.replace(train[0].public, case_id="another-id"))
     assert OverlapIndex(train[:1], ("candidate_fingerprint",)).collides(renamed)
     repairable = generate_cases(GenerateConfig(seed=3, n=26))
-    answered = [c for c in repairable if c.offline.target is not None]
+    answered = [c for c in repairable if not c.offline.should_abstain]
     index = OverlapIndex(answered[:1], ("target_fingerprint",))
     assert index.collides(answered[0]) and not any(index.collides(c) for c in train)
 

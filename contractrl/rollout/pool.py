@@ -82,7 +82,7 @@ class RayPool:
             except ray.exceptions.GetTimeoutError:
                 break
             time.sleep(0.05)
-        raise RuntimeError(f"worker {slot} still answers {timeout_s:g} s after ray.kill")
+        raise RuntimeError(f"worker {slot} was not seen dead within {timeout_s:g} s of ray.kill")
 
     def shutdown(self) -> None:
         import ray

@@ -70,15 +70,14 @@ def fingerprints(case: Case) -> dict[str, frozenset[str]]:
     """
     pub, off = case.public, case.offline
     patch = off.target_patch if isinstance(off.target_patch, list) else []
-    answered = off.target is not None
     primary = pub.report["errors"][0] if pub.report.get("errors") else {"code": "", "pointer": ""}
     return {
         "case_id": frozenset({pub.case_id}),
         "candidate_fingerprint": frozenset({sha256_json([pub.tool, pub.candidate])}),
-        "target_fingerprint": frozenset({sha256_json([pub.tool, off.target])} if answered else ()),
+        "target_fingerprint": frozenset() if off.should_abstain else frozenset({sha256_json([pub.tool, off.target])}),
         "schema_hash": frozenset({pub.schema_sha256}),
         "target_path": frozenset(f"{pub.tool}:{op['path']}" for op in patch),
-        "operation_sequence": frozenset({sha256_json([pub.tool, off.target_patch])} if answered else ()),
+        "operation_sequence": frozenset() if off.should_abstain else frozenset({sha256_json([pub.tool, off.target_patch])}),
         "error_template": frozenset({f"{pub.tool}|{primary['code']}|{primary['pointer']}"}),
         "semantic_cluster": frozenset({off.cluster}),
         "schema_shape": frozenset({sha256_json(schema_shape(pub.schema))}),

@@ -41,6 +41,14 @@ several SFT seeds: per case the mean of each side over the pairs, the bootstrap 
 of B - A, and the exact sign test over the cases whose summed difference is not 0, so a case counts
 once however many seeds ran it. Its inference is over cases: two or three seeds show whether the
 effect repeats, not how it varies over every seed.
+
+    python benchmarks/bench_learning.py --report R1 --report R2 --pair runs/a1 runs/b1 --pair runs/a2 runs/b2
+
+gives one comparison on several held-out sets, one report per set (``contractrl report`` joins one
+case set's targets): each pair as above, and then, since the pairs' case sets are disjoint, their
+cases put together, each an independent draw, with McNemar's p and the bootstrap over all of them.
+Every pair also gives each side's schema validity, collateral edits, generated tokens and latency
+per episode.
 """
 
 from __future__ import annotations
@@ -191,11 +199,28 @@ def run_episodes(episodes: pd.DataFrame, name: str) -> pd.DataFrame:
 
 def pair_runs(episodes: pd.DataFrame, baseline: str, candidate: str, seed: int = 0) -> dict[str, Any]:
     """candidate - baseline over the held-out cases both ran, with the cases each alone solved."""
+    a, b = _shared_cases(episodes, baseline, candidate)
+    return _pair_frames(a, b, baseline, candidate, seed)
+
+
+def _shared_cases(episodes: pd.DataFrame, baseline: str, candidate: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     a, b = run_episodes(episodes, baseline), run_episodes(episodes, candidate)
     common = a.index.intersection(b.index)
     if not len(common):
         raise SystemExit(f"{baseline!r} and {candidate!r} share no case ids: they were not scored on one case set")
-    a, b = a.loc[common], b.loc[common]
+    return a.loc[common], b.loc[common]
+
+
+# what a side costs beside its success: the central comparison's other columns
+SIDE_COLUMNS = ("schema_valid", "collateral", "generated_tokens", "latency_s")
+
+
+def _side(frame: pd.DataFrame) -> dict[str, float]:
+    return {column: float(frame[column].mean()) for column in SIDE_COLUMNS if column in frame}
+
+
+def _pair_frames(a: pd.DataFrame, b: pd.DataFrame, baseline: str, candidate: str, seed: int) -> dict[str, Any]:
+    """b - a over two frames indexed by the same case ids, in the same order."""
     gained = b["semantic_success"].astype(bool) & ~a["semantic_success"].astype(bool)
     lost = a["semantic_success"].astype(bool) & ~b["semantic_success"].astype(bool)
 
@@ -217,9 +242,39 @@ def pair_runs(episodes: pd.DataFrame, baseline: str, candidate: str, seed: int =
             }
             for family, index in a.groupby("case_family", sort=True).groups.items()
         },
+        "sides": {"baseline": _side(a), "candidate": _side(b)},
         "gained": sorted(gained.index[gained]),
         "lost": sorted(lost.index[lost]),
     }
+
+
+def stack_pairs(episodes: pd.DataFrame, pairs: Sequence[Sequence[str]], seed: int = 0) -> dict[str, Any]:
+    """Candidate - baseline over pairs scored on disjoint case sets (say one policy pair on each of
+    three held-out sets): their cases put together, so each case is one independent draw and
+    McNemar's exact test and the bootstrap apply over all of them."""
+    frames = [_shared_cases(episodes, a, b) for a, b in pairs]
+    a = pd.concat([f[0] for f in frames])
+    b = pd.concat([f[1] for f in frames])
+    return {
+        **_pair_frames(a, b, " + ".join(p[0] for p in pairs), " + ".join(p[1] for p in pairs), seed),
+        "sets": [len(f[0]) for f in frames],
+    }
+
+
+def combine_pairs(episodes: pd.DataFrame, pairs: Sequence[Sequence[str]], seed: int = 0) -> dict[str, Any]:
+    """Several pairs together: pooled per case when they ran the same cases (seeds of one
+    comparison), stacked when their case sets are disjoint (one comparison on several sets)."""
+    cases = [run_episodes(episodes, a).index.intersection(run_episodes(episodes, b).index) for a, b in pairs]
+    if all(len(c.intersection(cases[0])) for c in cases[1:]):
+        return {"over_pairs": pool_pairs(episodes, pairs, seed)}
+    for i, first in enumerate(cases):
+        for second in cases[i + 1 :]:
+            if len(first.intersection(second)):
+                raise SystemExit(
+                    "the pairs neither share their cases (seeds of one comparison) nor have disjoint case sets "
+                    "(one comparison on several sets): pair runs of one kind at a time"
+                )
+    return {"over_sets": stack_pairs(episodes, pairs, seed)}
 
 
 def pool_pairs(episodes: pd.DataFrame, pairs: Sequence[Sequence[str]], seed: int = 0) -> dict[str, Any]:
@@ -263,12 +318,24 @@ def print_pair(pair: dict[str, Any]) -> None:
             p = pair[name]
             mcnemar = f"McNemar p = {p['mcnemar_p']:.3g}; {p['gained']} gained, {p['lost']} lost"
             print(f"B - A, {name}: {_change(p)} (n={p['n']}), {mcnemar}")
+    sides = pair.get("sides", {})
+    for column in SIDE_COLUMNS:
+        if column in sides.get("baseline", {}) and column in sides.get("candidate", {}):
+            a, b = sides["baseline"][column], sides["candidate"][column]
+            ratio = f" (B/A x{b / a:.2f})" if a else ""
+            print(f"  {column} per episode: A {a:.3f}, B {b:.3f}{ratio}")
 
 
 def print_pairs(result: dict[str, Any]) -> None:
     print(result["machine"])
     for pair in result.get("pairs", [result.get("pair")]):
         print_pair(pair)
+    if "over_sets" in result:
+        stacked = result["over_sets"]
+        sizes = " + ".join(map(str, stacked["sets"]))
+        print(f"\nB - A over {len(stacked['sets'])} disjoint case sets ({sizes} cases), put together:")
+        print_pair(stacked)
+        return
     if "over_pairs" not in result:
         return
     over = result["over_pairs"]
@@ -335,7 +402,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/bench_learning")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (its last line)")
     parser.add_argument("--save", help="also write the JSON result to this file")
-    parser.add_argument("--report", help="analyse this report directory (its episodes.parquet) instead of running")
+    parser.add_argument(
+        "--report",
+        action="append",
+        help="analyse this report directory (its episodes.parquet) instead of running; repeat it for one report per case set",
+    )
     parser.add_argument(
         "--pair",
         nargs=2,
@@ -350,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report:
         if args.overrides:
             parser.error("--report analyses finished runs: key=value overrides do not apply")
-        result = analyse_report(Path(args.report), args.pair)
+        result = analyse_report([Path(r) for r in args.report], args.pair)
         return _emit(result, args)
     config = load_main_job_config(out=args.out, overrides=[*DEFAULTS, *args.overrides])
     start = time.perf_counter()
@@ -376,20 +447,36 @@ def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {bf16}, python {platform.python_version()}"
 
 
-def analyse_report(report_dir: Path, pairs: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
-    """The benchmark's figures over a report's scored episodes (every learned run in it), or, with
-    ``pairs`` [(A, B), ...], each run B against its run A, and with more than one pair, them pooled."""
-    path = report_dir / "episodes.parquet"
-    if not path.is_file():
-        hint = f"write it with `contractrl report RUN_DIR ... --out {report_dir}`"
-        raise SystemExit(f"no scored episodes at {path}: {hint}")
-    episodes = pd.read_parquet(path)
+def read_reports(report_dirs: Sequence[Path]) -> pd.DataFrame:
+    """The scored episodes of one or more reports (one per held-out set: `contractrl report` joins
+    one case set's targets), refused where two reports score the same run on the same case."""
+    frames = []
+    for report_dir in report_dirs:
+        path = report_dir / "episodes.parquet"
+        if not path.is_file():
+            hint = f"write it with `contractrl report RUN_DIR ... --out {report_dir}`"
+            raise SystemExit(f"no scored episodes at {path}: {hint}")
+        frames.append(pd.read_parquet(path))
+    episodes = pd.concat(frames, ignore_index=True)
+    twice = episodes.duplicated(["run", "case_id"])
+    if twice.any():
+        row = episodes[twice].iloc[0]
+        raise SystemExit(f"run {row['run']} is scored on case {row['case_id']} in more than one report: give each once")
+    return episodes
+
+
+def analyse_report(report_dirs: Path | Sequence[Path], pairs: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
+    """The benchmark's figures over reports' scored episodes (every learned run in them), or, with
+    ``pairs`` [(A, B), ...], each run B against its run A, and with more than one pair, them
+    together (:func:`combine_pairs`)."""
+    dirs = [report_dirs] if isinstance(report_dirs, Path) else list(report_dirs)
+    episodes = read_reports(dirs)
     models = sorted(m for m in episodes["model"].unique() if m)
     head = {
         "model": ", ".join(models),
         "date": time.strftime("%Y-%m-%d"),
         "machine": _machine(),
-        "report": str(report_dir),
+        "report": str(dirs[0]) if len(dirs) == 1 else [str(d) for d in dirs],
         "cases": {"eval": int(episodes["case_id"].nunique())},
     }
     if not pairs:
@@ -397,7 +484,7 @@ def analyse_report(report_dir: Path, pairs: Sequence[Sequence[str]] | None = Non
     compared = [pair_runs(episodes, a, b) for a, b in pairs]
     if len(compared) == 1:  # the shape of the results recorded before pairs could be pooled
         return {**head, "pair": compared[0]}
-    return {**head, "pairs": compared, "over_pairs": pool_pairs(episodes, pairs)}
+    return {**head, "pairs": compared, **combine_pairs(episodes, pairs)}
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:

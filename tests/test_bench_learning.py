@@ -154,3 +154,66 @@ def test_pair_finds_a_run_the_report_holds_by_its_absolute_path(
     assert pair["gained"] == ["c2"] and pair["pooled"]["n"] == 2
     with pytest.raises(SystemExit, match="no run 'runs/ab'"):  # a prefix of a name is not a directory above it
         bench.pair_runs(pd.concat([a, b]), "runs/ab", "runs/b")
+
+
+def _set_report(tmp_path: Path, name: str, a: dict[str, bool], b: dict[str, bool], family: dict[str, str]) -> Path:
+    """One held-out set's report: runs/<name>_a and runs/<name>_b scored on the same cases, with
+    each side's costs (A: 10 tokens and 1 collateral edit per episode, B: 4 and none)."""
+    report = tmp_path / f"report_{name}"
+    report.mkdir()
+    side_a = _episodes(f"runs/{name}_a/eval/sft", a, family).assign(generated_tokens=10, collateral=1, schema_valid=True)
+    side_b = _episodes(f"runs/{name}_b/eval/sft", b, family).assign(generated_tokens=4, collateral=0, schema_valid=True)
+    pd.concat([side_a, side_b]).to_parquet(report / "episodes.parquet")
+    return report
+
+
+def test_pairs_on_disjoint_case_sets_are_stacked(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two held-out sets, one report each: B solves 4 cases A does not (one per set would give
+    McNemar p = 0.5 within a set, 0.125 together) and loses none."""
+    family = {**FAMILY, "d1": "wrong_type", "d2": "unrepairable", "d3": "multi_field"}
+    first = _set_report(tmp_path, "s1", {"c1": False, "c2": False, "c3": True}, {"c1": True, "c2": True, "c3": True}, family)
+    second = _set_report(tmp_path, "s2", {"d1": False, "d2": False, "d3": True}, {"d1": True, "d2": True, "d3": True}, family)
+    pairs = ["--pair", "runs/s1_a", "runs/s1_b", "--pair", "runs/s2_a", "runs/s2_b"]
+    argv = ["--report", str(first), "--report", str(second), *pairs]
+    assert bench.main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["report"] == [str(first), str(second)] and result["cases"] == {"eval": 6}
+    assert "over_pairs" not in result
+    stacked = result["over_sets"]
+    assert stacked["sets"] == [3, 3] and stacked["gained"] == ["c1", "c2", "d1", "d2"] and stacked["lost"] == []
+    pooled = stacked["pooled"]
+    assert (pooled["n"], pooled["a"], pooled["b"]) == (6, pytest.approx(2 / 6), 1.0)
+    assert pooled["mcnemar_p"] == pytest.approx(0.125)
+    assert stacked["families"]["wrong_type"] == {"n": 3, "baseline": 0.0, "candidate": 1.0, "gained": 3, "lost": 0}
+    assert stacked["sides"]["baseline"]["generated_tokens"] == 10.0 and stacked["sides"]["candidate"]["collateral"] == 0.0
+    assert result["pairs"][0]["pooled"]["mcnemar_p"] == pytest.approx(0.5)
+    assert bench.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "over 2 disjoint case sets (3 + 3 cases)" in text
+    assert "generated_tokens per episode: A 10.000, B 4.000 (B/A x0.40)" in text
+
+
+def test_pairs_that_neither_share_nor_split_their_cases_are_refused(bench: ModuleType, tmp_path: Path) -> None:
+    """Pairs 1 and 2 share c1, pair 3 shares nothing with pair 1: neither seeds nor disjoint sets."""
+    family = {**FAMILY, "d1": "wrong_type"}
+    episodes = pd.concat(
+        [
+            _episodes("runs/a/eval/sft", {"c1": True, "c2": False}, family),
+            _episodes("runs/b/eval/sft", {"c1": True, "c2": True}, family),
+            _episodes("runs/c/eval/sft", {"c1": False, "d1": True}, family),
+            _episodes("runs/d/eval/sft", {"c1": True, "d1": True}, family),
+            _episodes("runs/e/eval/sft", {"d1": True}, family),
+            _episodes("runs/f/eval/sft", {"d1": False}, family),
+        ]
+    )
+    with pytest.raises(SystemExit, match="neither share their cases"):
+        bench.combine_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d"), ("runs/e", "runs/f")])
+    assert "over_pairs" in bench.combine_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d")])
+
+
+def test_a_run_scored_in_two_reports_is_refused(bench: ModuleType, tmp_path: Path) -> None:
+    report = _report(tmp_path)
+    with pytest.raises(SystemExit, match="more than one report"):
+        bench.analyse_report([report, report], [("runs/a", "runs/b")])
+    with pytest.raises(SystemExit, match="no scored episodes at"):
+        bench.analyse_report([report, tmp_path / "absent"])

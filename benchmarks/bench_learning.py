@@ -457,12 +457,13 @@ def read_reports(report_dirs: Sequence[Path]) -> pd.DataFrame:
             hint = f"write it with `contractrl report RUN_DIR ... --out {report_dir}`"
             raise SystemExit(f"no scored episodes at {path}: {hint}")
         frames.append(pd.read_parquet(path))
-    episodes = pd.concat(frames, ignore_index=True)
-    twice = episodes.duplicated(["run", "case_id"])
+    # a run may hold several episodes of a case in one report (a group); in two reports it is twice
+    keys = pd.concat([f[["run", "case_id"]].drop_duplicates() for f in frames], ignore_index=True)
+    twice = keys.duplicated()
     if twice.any():
-        row = episodes[twice].iloc[0]
+        row = keys[twice].iloc[0]
         raise SystemExit(f"run {row['run']} is scored on case {row['case_id']} in more than one report: give each once")
-    return episodes
+    return pd.concat(frames, ignore_index=True)
 
 
 def analyse_report(report_dirs: Path | Sequence[Path], pairs: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:

@@ -215,5 +215,10 @@ def test_a_run_scored_in_two_reports_is_refused(bench: ModuleType, tmp_path: Pat
     report = _report(tmp_path)
     with pytest.raises(SystemExit, match="more than one report"):
         bench.analyse_report([report, report], [("runs/a", "runs/b")])
+    grouped = tmp_path / "grouped"  # a group of two episodes per case, in one report: not twice
+    grouped.mkdir()
+    group = _episodes("runs/g/eval/sft", {"c1": True, "c2": False}, FAMILY)
+    pd.concat([group, group]).to_parquet(grouped / "episodes.parquet")
+    assert len(bench.read_reports([grouped, report])) == 14
     with pytest.raises(SystemExit, match="no scored episodes at"):
         bench.analyse_report([report, tmp_path / "absent"])

@@ -264,16 +264,14 @@ def stack_pairs(episodes: pd.DataFrame, pairs: Sequence[Sequence[str]], seed: in
 def combine_pairs(episodes: pd.DataFrame, pairs: Sequence[Sequence[str]], seed: int = 0) -> dict[str, Any]:
     """Several pairs together: pooled per case when they ran the same cases (seeds of one
     comparison), stacked when their case sets are disjoint (one comparison on several sets)."""
-    cases = [run_episodes(episodes, a).index.intersection(run_episodes(episodes, b).index) for a, b in pairs]
+    cases = [_shared_cases(episodes, a, b)[0].index for a, b in pairs]
     if all(len(c.intersection(cases[0])) for c in cases[1:]):
         return {"over_pairs": pool_pairs(episodes, pairs, seed)}
-    for i, first in enumerate(cases):
-        for second in cases[i + 1 :]:
-            if len(first.intersection(second)):
-                raise SystemExit(
-                    "the pairs neither share their cases (seeds of one comparison) nor have disjoint case sets "
-                    "(one comparison on several sets): pair runs of one kind at a time"
-                )
+    if cases[0].append(cases[1:]).has_duplicates:
+        raise SystemExit(
+            "the pairs neither share their cases (seeds of one comparison) nor have disjoint case sets "
+            "(one comparison on several sets): pair runs of one kind at a time"
+        )
     return {"over_sets": stack_pairs(episodes, pairs, seed)}
 
 
@@ -318,12 +316,11 @@ def print_pair(pair: dict[str, Any]) -> None:
             p = pair[name]
             mcnemar = f"McNemar p = {p['mcnemar_p']:.3g}; {p['gained']} gained, {p['lost']} lost"
             print(f"B - A, {name}: {_change(p)} (n={p['n']}), {mcnemar}")
-    sides = pair.get("sides", {})
-    for column in SIDE_COLUMNS:
-        if column in sides.get("baseline", {}) and column in sides.get("candidate", {}):
-            a, b = sides["baseline"][column], sides["candidate"][column]
-            ratio = f" (B/A x{b / a:.2f})" if a else ""
-            print(f"  {column} per episode: A {a:.3f}, B {b:.3f}{ratio}")
+    sides = pair.get("sides", {"baseline": {}})
+    for column, a in sides["baseline"].items():  # both sides hold the same columns: one report's
+        b = sides["candidate"][column]
+        ratio = f" (B/A x{b / a:.2f})" if a else ""
+        print(f"  {column} per episode: A {a:.3f}, B {b:.3f}{ratio}")
 
 
 def print_pairs(result: dict[str, Any]) -> None:
@@ -466,11 +463,11 @@ def read_reports(report_dirs: Sequence[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def analyse_report(report_dirs: Path | Sequence[Path], pairs: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
+def analyse_report(report_dirs: Sequence[Path], pairs: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
     """The benchmark's figures over reports' scored episodes (every learned run in them), or, with
     ``pairs`` [(A, B), ...], each run B against its run A, and with more than one pair, them
     together (:func:`combine_pairs`)."""
-    dirs = [report_dirs] if isinstance(report_dirs, Path) else list(report_dirs)
+    dirs = list(report_dirs)
     episodes = read_reports(dirs)
     models = sorted(m for m in episodes["model"].unique() if m)
     head = {

@@ -187,14 +187,19 @@ def run_episodes(episodes: pd.DataFrame, name: str) -> pd.DataFrame:
     """The episodes of one run, by its directory (a training output holds its evaluations below it),
     indexed by case id; one system only, so each case has one episode. The directory may be given
     as the report holds it or relative to here (``contractrl report`` stores absolute paths)."""
-    names = {name.rstrip("/"), str(Path(name).resolve())}
-    runs = sorted(r for r in episodes["run"].unique() if any(r == n or r.startswith(n + "/") for n in names))
+    runs = matching_runs(episodes, name)
     if not runs:
         raise SystemExit(f"no run {name!r} in the report; its runs: {', '.join(sorted(episodes['run'].unique()))}")
     frame = episodes[episodes["run"].isin(runs)]
     if frame["case_id"].duplicated().any():
         raise SystemExit(f"{name!r} holds more than one episode per case ({', '.join(runs)}): name one of these runs")
     return frame.set_index("case_id").sort_index()
+
+
+def matching_runs(episodes: pd.DataFrame, name: str) -> list[str]:
+    """The report's runs at or below the directory ``name``."""
+    names = {name.rstrip("/"), str(Path(name).resolve())}
+    return sorted(r for r in episodes["run"].unique() if any(r == n or r.startswith(n + "/") for n in names))
 
 
 def pair_runs(episodes: pd.DataFrame, baseline: str, candidate: str, seed: int = 0) -> dict[str, Any]:
@@ -216,7 +221,8 @@ SIDE_COLUMNS = ("schema_valid", "collateral", "generated_tokens", "latency_s")
 
 
 def _side(frame: pd.DataFrame) -> dict[str, float]:
-    return {column: float(frame[column].mean()) for column in SIDE_COLUMNS if column in frame}
+    """The columns every episode of ``frame`` holds (a run recovered from a record holds success only)."""
+    return {column: float(frame[column].mean()) for column in SIDE_COLUMNS if column in frame and frame[column].notna().all()}
 
 
 def _pair_frames(a: pd.DataFrame, b: pd.DataFrame, baseline: str, candidate: str, seed: int) -> dict[str, Any]:
@@ -316,8 +322,10 @@ def print_pair(pair: dict[str, Any]) -> None:
             p = pair[name]
             mcnemar = f"McNemar p = {p['mcnemar_p']:.3g}; {p['gained']} gained, {p['lost']} lost"
             print(f"B - A, {name}: {_change(p)} (n={p['n']}), {mcnemar}")
-    sides = pair.get("sides", {"baseline": {}})
-    for column, a in sides["baseline"].items():  # both sides hold the same columns: one report's
+    sides = pair.get("sides", {"baseline": {}, "candidate": {}})
+    for column, a in sides["baseline"].items():
+        if column not in sides["candidate"]:  # a side recovered from a record holds success only
+            continue
         b = sides["candidate"][column]
         ratio = f" (B/A x{b / a:.2f})" if a else ""
         print(f"  {column} per episode: A {a:.3f}, B {b:.3f}{ratio}")

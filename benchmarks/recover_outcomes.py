@@ -80,22 +80,28 @@ def _rate(outcome: pd.Series) -> float:
 
 
 def _check_rate(run: str, outcome: pd.Series, expected: float, pair: RecordedPair) -> None:
-    if abs(_rate(outcome) - expected) > RATE_TOLERANCE:
+    rate = _rate(outcome)
+    if abs(rate - expected) > RATE_TOLERANCE:
         raise SystemExit(
-            f"{run} solves {_rate(outcome):.6f} of its {len(outcome)} cases, but the pair "
+            f"{run} solves {rate:.6f} of its {len(outcome)} cases, but the pair "
             f"{pair.baseline} / {pair.candidate} records {expected:.6f}: not the run the record scored"
         )
 
 
-def other_side(known: pd.Series, pair: RecordedPair, known_is_baseline: bool) -> pd.Series:
-    """The pair's other run, case by case: ``known`` (bool by case id) flipped on the pair's
-    discordant cases, after checking that ``known`` is the side the record describes."""
-    run = pair.baseline if known_is_baseline else pair.candidate
+def other_side(known: pd.Series, pair: RecordedPair, known_is_baseline: bool) -> tuple[str, pd.Series]:
+    """The pair's other run and its outcomes case by case: ``known`` (bool by case id) flipped on the
+    pair's discordant cases, after checking that ``known`` is the side the record describes."""
+    if known_is_baseline:
+        run, other_run = pair.baseline, pair.candidate
+        rate, other_rate = pair.rate_baseline, pair.rate_candidate
+        solved_by_known, solved_by_other = pair.lost, pair.gained
+    else:
+        run, other_run = pair.candidate, pair.baseline
+        rate, other_rate = pair.rate_candidate, pair.rate_baseline
+        solved_by_known, solved_by_other = pair.gained, pair.lost
     if len(known) != pair.n:
         raise SystemExit(f"{run} has {len(known)} cases here, the pair {pair.baseline} / {pair.candidate} {pair.n}")
-    _check_rate(run, known, pair.rate_baseline if known_is_baseline else pair.rate_candidate, pair)
-    solved_by_known = pair.lost if known_is_baseline else pair.gained
-    solved_by_other = pair.gained if known_is_baseline else pair.lost
+    _check_rate(run, known, rate, pair)
     missing = sorted((solved_by_known | solved_by_other) - set(known.index))
     if missing:
         raise SystemExit(f"the pair {pair.baseline} / {pair.candidate} names cases {run} did not run: {missing[:5]}")
@@ -105,13 +111,8 @@ def other_side(known: pd.Series, pair: RecordedPair, known_is_baseline: bool) ->
     other = known.copy()
     other.loc[sorted(solved_by_other)] = True
     other.loc[sorted(solved_by_known)] = False
-    _check_rate(
-        pair.candidate if known_is_baseline else pair.baseline,
-        other,
-        pair.rate_candidate if known_is_baseline else pair.rate_baseline,
-        pair,
-    )
-    return other
+    _check_rate(other_run, other, other_rate, pair)
+    return other_run, other
 
 
 def recover(known: Mapping[str, pd.Series], pairs: Sequence[RecordedPair]) -> dict[str, tuple[pd.Series, RecordedPair]]:
@@ -123,15 +124,12 @@ def recover(known: Mapping[str, pd.Series], pairs: Sequence[RecordedPair]) -> di
     while pending:
         progressed = False
         for pair in list(pending):
-            sides = [(pair.baseline, True), (pair.candidate, False)]
-            source = next(((run, is_base) for run, is_base in sides if run in outcomes), None)
-            if source is None:
+            if pair.baseline not in outcomes and pair.candidate not in outcomes:
                 continue
             pending.remove(pair)
             progressed = True
-            run, is_base = source
-            derived = other_side(outcomes[run], pair, known_is_baseline=is_base)
-            target = pair.candidate if is_base else pair.baseline
+            from_baseline = pair.baseline in outcomes
+            target, derived = other_side(outcomes[pair.baseline if from_baseline else pair.candidate], pair, from_baseline)
             if target in outcomes:
                 if not outcomes[target].sort_index().equals(derived.sort_index()):
                     raise SystemExit(f"{target} comes out differently through {pair.baseline} / {pair.candidate}")

@@ -199,12 +199,16 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
             raise ConfigError("--policy-actors and --gpus-per-actor must be >= 0")
         if args.rejected_beams < 0:
             raise ConfigError(f"--rejected-beams must be >= 0 (0 keeps such answers), got {args.rejected_beams}")
+        if args.shield_k < 0:
+            raise ConfigError(f"--shield-k must be >= 0 (0: blind decoding), got {args.shield_k}")
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
             do_sample=args.temperature > 0,
             seed=args.seed,
             rejected_beams=args.rejected_beams,
+            shield_k=args.shield_k,
+            shield_enumerate=not args.no_enumerate,
         )
         if args.policy_actors > 0:  # the model loads inside each actor, once
             return _PolicyPools(
@@ -249,6 +253,18 @@ def _shutdown_policies(factory: Any) -> None:
 
 
 def _hf_policy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shield-k",
+        type=int,
+        default=0,
+        help="hf policies: shielded decoding with K proposals per decision, probed on the public contract with the "
+        "enumerated candidates before one is committed (0 = blind; rollout/shield.py)",
+    )
+    parser.add_argument(
+        "--no-enumerate",
+        action="store_true",
+        help="hf policies, shielded: weigh only the model's own proposals, not the enumerated candidates",
+    )
     parser.add_argument(
         "--rejected-beams",
         type=int,

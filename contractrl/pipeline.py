@@ -200,6 +200,8 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
             do_sample=False,
             batch_size=config.train.eval.batch_size,
             rejected_beams=config.train.eval.rejected_beams,
+            shield_k=config.train.eval.shield_k,
+            shield_enumerate=config.train.eval.shield_enumerate,
         )
         load = functools.partial(load_model, str(Path(whole_dir).resolve()))
         spec = PolicySpec(load, "constrained", sampling=sampling, name=model_label, cpu_bf16=config.train.model.cpu_bf16)
@@ -238,6 +240,7 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
         ("semantic", "semantic_success", "{:.3f}"),
         ("schema-valid", "schema_valid", "{:.3f}"),
         ("gen tokens", "generated_tokens", "{:.1f}"),
+        ("probes", "probes", "{:.1f}"),
         ("p95 episode s (gen+check)", "latency_p95_s", "{:.3f}"),
         ("collateral", "collateral", "{:.3f}"),
         ("unsafe", "unsafe_dispatch", "{}"),

@@ -13,8 +13,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from contractrl.errors import ConfigError
+from contractrl.rollout.candidates import enumerate_candidates, stated_values
 from contractrl.rollout.runner import EpisodeRunner, LocalPool
-from contractrl.selector.candidates import enumerate_candidates, stated_values
 from contractrl.selector.env import ENV_ID, SelectorEnv, register
 from contractrl.selector.features import CANDIDATE_FEATURES, STATE_FEATURES
 from contractrl.selector.observe import contract_for, decide

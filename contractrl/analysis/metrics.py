@@ -73,6 +73,7 @@ SCORED_SCHEMA = pa.schema(
         ("generated_tokens", pa.int64()),
         ("prompt_tokens", pa.int64()),
         ("validator_calls", pa.int64()),
+        ("probes", pa.int64()),
         ("latency_s", pa.float64()),
         ("confidence", pa.float64()),
         ("leakage", pa.int64()),
@@ -193,6 +194,7 @@ def episode_metrics(row: dict[str, Any], public: PublicCase, offline: OfflineCas
         "generated_tokens": int(row["generated_tokens"]),
         "prompt_tokens": int(row["prompt_tokens"]),
         "validator_calls": int(row["validator_calls"]),
+        "probes": int(row.get("probes") or 0),  # ledgers written before the shield have none
         "latency_s": float(row.get("wall_s") or 0.0) + float(row.get("gen_s") or 0.0),
         "confidence": confidence(attempts),
         "leakage": leakage(public, offline),

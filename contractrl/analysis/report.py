@@ -134,6 +134,7 @@ def summary(episodes: pd.DataFrame) -> pd.DataFrame:
                 "semantic_success": float(group["semantic_success"].mean()),
                 "schema_valid": float(group["schema_valid"].mean()),
                 "generated_tokens": float(group["generated_tokens"].mean()),
+                "probes": float(group["probes"].mean()),
                 "latency_p95_s": p95(group["latency_s"]),
                 "collateral": float(group["collateral"].mean()),
                 "unsafe_dispatch": int(group["unsafe_dispatch"].sum()),

@@ -174,6 +174,7 @@ OUTCOME = [
     ("final_object_match", "mean"),
     ("exact_patch_match", "rate_n"),
     ("generated_tokens", "mean"),
+    ("probes", "mean"),
     ("collateral", "mean"),
     ("retries", "mean"),
     ("latency_s", "p95"),
@@ -224,6 +225,7 @@ def retry_efficiency(frame: pd.DataFrame) -> Table:
         ("generated_tokens", "mean"),
         ("prompt_tokens", "mean"),
         ("validator_calls", "mean"),
+        ("probes", "mean"),
         ("latency_s", "p95"),
         ("semantic_success", "mean"),
     ]

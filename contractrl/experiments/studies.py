@@ -181,6 +181,8 @@ def transfer_study(
         do_sample=False,
         batch_size=config.eval.batch_size,
         rejected_beams=config.eval.rejected_beams,
+        shield_k=config.eval.shield_k,
+        shield_enumerate=config.eval.shield_enumerate,
     )
     runs = []
     for heldout in families:

@@ -46,6 +46,7 @@ class StepRecord:
     wall_s: float
     logprob: float | None = None  # the generator's log-probability of the answer (calibration), if it has one
     gen_s: float = 0.0  # wall seconds the policy spent generating this answer (its share of a batch)
+    probes: int = 0  # candidate answers the policy checked on the public contract before committing this one
 
     def to_dict(self) -> dict[str, Any]:
         """The attempt as the ledger row holds it (wall time goes to the timing file, not the chain)."""
@@ -65,6 +66,7 @@ class StepRecord:
             "off_pointer": list(self.off_pointer),
             "finish_reason": self.finish_reason,
             "logprob": self.logprob,
+            "probes": self.probes,
         }
 
 
@@ -78,6 +80,13 @@ class EpisodeLog:
     final_outcome: str | None = None
 
 
+def contract_for(case: PublicCase) -> RepairContract:
+    """The case's contract from its public half: what the environment steps and what a policy may
+    probe before it commits (the schema, the cross-field rules, the budgets, the immutable paths)."""
+    verifier = Verifier.build(case.schema, load_contract(case.contract))
+    return RepairContract(verifier, Budgets(max_attempts=case.max_attempts, max_ops=case.max_ops), case.immutable)
+
+
 class RepairEnv:
     """reset(public case) -> state; step(action text) -> (state, step record)."""
 
@@ -86,8 +95,7 @@ class RepairEnv:
             raise ConfigError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
         self.case = case
         self.whole_object = arm in WHOLE_OBJECT_ARMS
-        verifier = Verifier.build(case.schema, load_contract(case.contract))
-        self.contract = RepairContract(verifier, Budgets(max_attempts=case.max_attempts, max_ops=case.max_ops), case.immutable)
+        self.contract = contract_for(case)
         self.state: PublicState | None = None
         self.log = EpisodeLog()
         self._public_report: VerifierReport | None = None
@@ -120,6 +128,7 @@ class RepairEnv:
         prompt_tokens: int = 0,
         logprob: float | None = None,
         gen_s: float = 0.0,
+        probes: int = 0,
     ) -> tuple[PublicState, StepRecord]:
         if self.state is None:
             raise RuntimeError("call reset() before step()")
@@ -154,6 +163,7 @@ class RepairEnv:
             wall_s=time.perf_counter() - start,
             logprob=logprob,
             gen_s=gen_s,
+            probes=probes,
         )
         self.log.steps.append(record)
         return self.state, record
@@ -196,6 +206,7 @@ def episode_row(case: PublicCase, log: EpisodeLog, *, arm: str, policy: str, see
         "first_attempt_valid": bool(steps) and steps[0].outcome == Code.ACCEPTED.value,
         "ops_applied": sum(s.ops_applied for s in steps),
         "validator_calls": sum(s.validator_calls for s in steps),
+        "probes": sum(s.probes for s in steps),
         "generated_tokens": sum(s.generated_tokens for s in steps),
         "prompt_tokens": sum(s.prompt_tokens for s in steps),
         "collateral": sum(len(s.collateral) for s in steps),

@@ -24,15 +24,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.cases import PublicCase
+from ..validators import RepairContract
 from ..validators.codes import Code
 from ..validators.jsonvalue import canonical_json
 from ..validators.patch import AbstainAction, PatchAction, parse_action
 from ..validators.strict_json import parse_response
 from .cpu import compute_context, release_memory
+from .decode import Decoded, prefill, sample_answers, score_texts
+from .env import contract_for
 from .known_rejected import known_rejected
 from .native_log import native_stderr_to_log
 from .policies import ABSTAIN, Generation, Observation
 from .prompts import render_messages, render_prompt
+from .shield import answer_key, choose, enumerated_answers, probe
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,11 @@ class SamplingConfig:
     seed: int = 0
     # greedy only: beams that replace an answer this episode has already seen rejected (0 = keep it)
     rejected_beams: int = 0
+    # shielded decisions (rollout/shield.py): K proposals probed on the public contract before one is
+    # committed (0 = blind: the one decoded answer is sent as it is)
+    shield_k: int = 0
+    # the shield also scores the enumerated candidates (rollout/candidates.py) beside the proposals
+    shield_enumerate: bool = True
 
 
 def answer_complete(text: str) -> bool:
@@ -101,6 +111,7 @@ class HFPolicy:
         self.name = name
         self.cpu_bf16 = cpu_bf16  # bf16 products on a CPU that has them natively (cpu.py)
         self._grammars: dict[str, Any] = {}
+        self._contracts: dict[str, tuple[PublicCase, RepairContract]] = {}
         self._compiler: Any = None
 
     def generate(self, observations: Sequence[Observation]) -> list[Generation]:
@@ -115,6 +126,8 @@ class HFPolicy:
 
     def generate_batch(self, observations: Sequence[Observation]) -> list[Generation]:
         """One generation call for exactly these observations (a batch of :func:`plan_batches`)."""
+        if self.sampling.shield_k > 0:
+            return self._shielded_batch(observations)
         import torch
 
         start = time.perf_counter()
@@ -184,6 +197,102 @@ class HFPolicy:
             generations = [self._unless_known_rejected(o, g) for o, g in zip(observations, generations, strict=True)]
         release_memory()  # the KV cache of this batch; see cpu.py
         return generations
+
+    def _contract(self, case: PublicCase) -> RepairContract:
+        found = self._contracts.get(case.case_id)
+        if found is None or found[0] is not case:
+            found = self._contracts[case.case_id] = (case, contract_for(case))
+        return found[1]
+
+    def _shielded_batch(self, observations: Sequence[Observation]) -> list[Generation]:
+        """K proposals per observation from one shared prefill, the enumerated candidates scored on
+        the same cache, each probed on the public contract, one committed (rollout/shield.py)."""
+        import torch
+
+        start = time.perf_counter()
+        tok, s = self.tokenizer, self.sampling
+        arms = [o.arm or self.arm for o in observations]
+        prompts = [
+            render_prompt(render_messages(o.case, o.state, a, self.mode, self.feedback), tok)
+            for o, a in zip(observations, arms, strict=True)
+        ]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
+        prompt_len = enc["input_ids"].shape[1]
+        prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
+        prompt_ids = [tuple(ids[prompt_len - n :]) for ids, n in zip(enc["input_ids"].tolist(), prompt_tokens, strict=True)]
+        processors = None
+        if self.constrained:
+            from transformers import LogitsProcessorList
+
+            schemas = [o.case.schema for o in observations for _ in range(s.shield_k)]
+            processors = LogitsProcessorList([self._grammar_processor(schemas)])
+
+        def complete(ids: list[int]) -> bool:  # under a grammar the answer ends on the EOS it forces
+            return not self.constrained and answer_complete(tok.decode(ids, skip_special_tokens=True))
+
+        with torch.no_grad(), compute_context(self.model, self.cpu_bf16):
+            prefix = prefill(self.model, enc["input_ids"], enc["attention_mask"])
+            decoded = sample_answers(
+                self.model,
+                prefix,
+                s.shield_k,
+                max_new_tokens=s.max_new_tokens,
+                temperature=s.temperature if s.temperature > 0 else 1.0,
+                eos_id=tok.eos_token_id,
+                pad_id=tok.pad_token_id,
+                seed=self._seed(observations),
+                complete=complete,
+                greedy_first=not s.do_sample,
+                processors=processors,
+            )
+            lists = [self._shield_candidates(o, a, d) for o, a, d in zip(observations, arms, decoded, strict=True)]
+            wanted = [(row, c.token_ids) for row, listed in enumerate(lists) for c in listed if c.decoded is None]
+            scored = iter(score_texts(self.model, prefix, wanted))
+        for listed in lists:
+            for index, candidate in enumerate(listed):
+                if candidate.decoded is None:
+                    score, logprobs = next(scored)
+                    listed[index] = dataclasses.replace(candidate, score=score, logprobs=logprobs)
+        generations = []
+        for row, (o, arm, listed, answers) in enumerate(zip(observations, arms, lists, decoded, strict=True)):
+            contract = self._contract(o.case)
+            probes = [probe(contract, o.case, o.state, c.text, arm) for c in listed]
+            choice = choose([c.text for c in listed], [c.score for c in listed], probes, o.state.attempts_left)
+            chosen = listed[choice.index] if choice.index is not None else _ShieldCandidate(ABSTAIN, (), (), 0.0, None)
+            generations.append(
+                Generation(
+                    text=chosen.text,
+                    finish_reason="stop" if chosen.decoded is None or chosen.decoded.ended else "length",
+                    generated_tokens=sum(len(d.token_ids) for d in answers),
+                    prompt_tokens=int(prompt_tokens[row]) + sum(len(c.token_ids) for c in listed if c.decoded is None),
+                    token_ids=chosen.token_ids,
+                    logprobs=chosen.logprobs,
+                    prompt_ids=prompt_ids[row],
+                    probes=choice.probes,
+                )
+            )
+        share = (time.perf_counter() - start) / len(observations)
+        release_memory()
+        return [dataclasses.replace(g, gen_s=share) for g in generations]
+
+    def _shield_candidates(self, o: Observation, arm: str, answers: Sequence[Decoded]) -> list[_ShieldCandidate]:
+        """The model's distinct proposals, then ABSTAIN and the enumerated candidates it did not
+        propose (to be scored), each once by :func:`answer_key`."""
+        tok = self.tokenizer
+        found: dict[str, _ShieldCandidate] = {}
+        for answer in answers:
+            keep = _answer_length(list(answer.token_ids), tok)
+            text = tok.decode(answer.token_ids[:keep], skip_special_tokens=True).strip()
+            found.setdefault(
+                answer_key(text), _ShieldCandidate(text, answer.token_ids[:keep], answer.logprobs[:keep], answer.score, answer)
+            )
+        extra = enumerated_answers(o.case, o.state, arm) if self.sampling.shield_enumerate else [ABSTAIN]
+        for text in extra:
+            key = answer_key(text)
+            if key not in found:
+                ids = tuple(tok(text, add_special_tokens=False)["input_ids"])
+                found[key] = _ShieldCandidate(text, ids, (), 0.0, None)
+        return list(found.values())
 
     def _unless_known_rejected(self, observation: Observation, greedy: Generation) -> Generation:
         """``greedy``, or the best beam not known to fail, or ABSTAIN on a last attempt where every
@@ -257,6 +366,18 @@ class HFPolicy:
                         self._grammars[key] = self._compiler.compile_builtin_json_grammar()
             compiled.append(self._grammars[key])
         return LogitsProcessor(compiled)
+
+
+@dataclass(frozen=True)
+class _ShieldCandidate:
+    """One answer a shielded decision weighs: its text and tokens, the model's log-probabilities and
+    summed score, and the decoded row it came from (None: an enumerated candidate, teacher-forced)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    score: float
+    decoded: Decoded | None
 
 
 def plan_batches(observations: Sequence[Observation], size: int) -> list[list[int]]:

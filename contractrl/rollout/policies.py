@@ -48,6 +48,8 @@ class Generation:
     prompt_ids: tuple[int, ...] = ()  # what the model was conditioned on (for the policy-gradient pass)
     # wall seconds of generating this answer: its share of the batched call that produced it
     gen_s: float = 0.0
+    # candidate answers checked on the public contract before this one was committed (the shield)
+    probes: int = 0
 
 
 class Policy(Protocol):

@@ -59,6 +59,7 @@ class EpisodeWorker:
                 prompt_tokens=gen.prompt_tokens,
                 logprob=sum(gen.logprobs) if gen.logprobs else None,
                 gen_s=gen.gen_s,
+                probes=gen.probes,
             )
             out.append(StepOutcome(key, state, self._row(key) if env.done else None))
         return out

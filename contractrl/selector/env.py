@@ -2,7 +2,7 @@
 
 The environment wraps the same :class:`~contractrl.rollout.env.RepairEnv` (validator, action mask,
 sandbox dispatch) that every other policy runs in. An action is an index into the state's candidate
-list (:mod:`contractrl.selector.candidates`); its text goes through the contract like any model's
+list (:mod:`contractrl.rollout.candidates`); its text goes through the contract like any model's
 answer, so a masked or out-of-list index is refused by the contract itself and costs an attempt.
 
 Observation (``gymnasium.spaces.Dict``, every entry in [0, 1]):

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..rollout.candidates import OP_KINDS, SOURCES, Candidate, disagrees, stated_values
 from ..rollout.schema_excerpt import subschemas_at
 from ..tasks.cases import PublicCase
 from ..validators import PublicState, RepairContract
 from ..validators.codes import PATCH_CODES, SCHEMA_CODES, Code
 from ..validators.pointer import PointerSyntaxError, parse_pointer, resolve
-from .candidates import OP_KINDS, SOURCES, Candidate, disagrees, stated_values
 
 # report codes a state can carry (schema codes, and the response codes a noisy report may show)
 _REPORT_CODES: tuple[str, ...] = tuple(sorted(c.value for c in SCHEMA_CODES))

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..rollout.candidates import Candidate, enumerate_candidates
+from ..rollout.env import contract_for
 from ..tasks.cases import PublicCase
-from ..validators import Budgets, PublicState, RepairContract, Verifier, load_contract
-from .candidates import Candidate, enumerate_candidates
+from ..validators import PublicState, RepairContract
 from .features import CANDIDATE_FEATURES, STATE_FEATURES, Probe, action_mask, encode_candidates, encode_state, probe
 
 OBS_KEYS = ("observations", "candidates", "action_mask")
@@ -30,12 +31,6 @@ class Decision:
         """The text of candidate ``action``; an index past the list is an empty (malformed) answer,
         which the contract refuses like any malformed response."""
         return self.candidates[action].text if 0 <= action < len(self.candidates) else ""
-
-
-def contract_for(case: PublicCase) -> RepairContract:
-    """The case's contract, built as :class:`~contractrl.rollout.env.RepairEnv` builds it."""
-    verifier = Verifier.build(case.schema, load_contract(case.contract))
-    return RepairContract(verifier, Budgets(max_attempts=case.max_attempts, max_ops=case.max_ops), case.immutable)
 
 
 def decide(case: PublicCase, contract: RepairContract, state: PublicState, size: int) -> Decision:

@@ -415,9 +415,16 @@ class EvalConfig:
     rejected_beams: int = setting(
         4, help="beams that replace an answer the episode has already seen rejected (0 keeps it; rollout/known_rejected.py)"
     )
+    shield_k: int = setting(
+        0,
+        help="shielded decoding: K proposals per decision (the greedy one, then samples), probed with the enumerated "
+        "candidates on the public contract before one is committed (0: blind; rollout/shield.py)",
+    )
+    shield_enumerate: bool = setting(True, help="the shield also scores the enumerated candidates (rollout/candidates.py)")
 
     def __post_init__(self) -> None:
         check(self.rejected_beams >= 0, f"eval.rejected_beams must be >= 0 (0 keeps such answers), got {self.rejected_beams}")
+        check(self.shield_k >= 0, f"eval.shield_k must be >= 0 (0: blind decoding), got {self.shield_k}")
 
 
 @dataclass(frozen=True)

@@ -419,7 +419,12 @@ class Trainer:
         """Greedy decoding on the held-out cases, one episode each, scored after a freeze."""
         cfg = self.config.eval
         sampling = SamplingConfig(
-            max_new_tokens=cfg.max_new_tokens, do_sample=False, batch_size=cfg.batch_size, rejected_beams=cfg.rejected_beams
+            max_new_tokens=cfg.max_new_tokens,
+            do_sample=False,
+            batch_size=cfg.batch_size,
+            rejected_beams=cfg.rejected_beams,
+            shield_k=cfg.shield_k,
+            shield_enumerate=cfg.shield_enumerate,
         )
         arm = self.config.sft.arm if stage == "sft" else self.config.grpo.arm
         policy = GroupPolicy(self.group, sampling, arm, name=self.config.model.label)

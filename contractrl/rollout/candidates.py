@@ -1,7 +1,8 @@
-"""The per-step candidate list of the selection policy: ABSTAIN and small patches built from the report.
+"""The enumerated candidates of one decision: ABSTAIN and small patches built from the public report.
 
-A selector does not write patches; it chooses one of these. Each candidate is built only from what
-a language-model policy is shown (the request, the schema, the failed call, the report and its
+The RLlib selector chooses one of these, and the shielded language-model policy scores them beside
+its own proposals (:mod:`contractrl.rollout.shield`). Each candidate is built only from what a
+language-model policy is shown (the request, the schema, the failed call, the report and its
 pointers, the immutable paths, the budgets), never from the case's family label or its offline
 half, so a selector that wins has won on the same evidence. Sources, in the order they are listed:
 
@@ -28,14 +29,14 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any
 
-from ..rollout.policies import argument_labels, request_values
-from ..rollout.schema_excerpt import subschemas_at
 from ..tasks.cases import ABSTAIN, PublicCase
 from ..tasks.requests import read_value
 from ..validators import PublicState
 from ..validators.codes import Code
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
+from .policies import argument_labels, request_values
+from .schema_excerpt import subschemas_at
 
 SOURCES: tuple[str, ...] = (
     "abstain",

@@ -1,0 +1,126 @@
+"""Shielded decisions: a policy consults the public validator before it commits an answer.
+
+A blind policy sends its single best guess and learns from the rejection one attempt later. A
+shielded policy holds several candidate answers (its own proposals, and the enumerated candidates
+of :mod:`contractrl.rollout.candidates` scored by the same model), runs each through the case's
+public contract from the current state (:func:`probe`: strict parse, action mask, apply to a copy,
+schema and cross-field check; ``RepairContract.step`` is pure, so nothing is dispatched and no
+attempt is spent), and then commits by :func:`choose`:
+
+1. if some candidate is *accepted*, the best-scoring of the accepted candidates and ABSTAIN
+   (the verifier accepts invented values too, so the policy's own score still decides whether the
+   request supports a repair at all);
+2. else, with another attempt left after this one, the best-scoring of ABSTAIN and the admissible
+   candidates that make an object not seen rejected in this episode (a partial repair whose next
+   report may say more);
+3. else ABSTAIN: an inadmissible or certainly rejected answer is never sent.
+
+Only the public half is read: the case's schema, contract, immutable paths and budgets, the
+current call and the episode's own history. Probes are counted per decision and reported beside
+attempts and tokens (``probes`` in the ledger), so a comparison can charge every system for them.
+Whole-object arms go through the same rule with :meth:`RepairContract.step_object`, which keeps
+the comparison about the output representation, not about who may consult the validator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.cases import ABSTAIN, PublicCase
+from ..validators import PublicState, RepairContract
+from ..validators.apply import apply_patch
+from ..validators.codes import PATCH_CODES, Code
+from ..validators.jsonvalue import canonical_json
+from ..validators.patch import PatchAction, parse_action
+from ..validators.strict_json import parse_response
+from .candidates import enumerate_candidates
+from .known_rejected import known_rejected
+
+# outcomes that mean the contract would not even apply the answer: the action mask's codes and
+# every way a response fails to parse
+_INADMISSIBLE = frozenset(PATCH_CODES) | frozenset(
+    {Code.MALFORMED_JSON, Code.DUPLICATE_KEY, Code.NON_FINITE_NUMBER, Code.TOO_LARGE, Code.TOO_DEEP, Code.TRUNCATED}
+)
+# answers that end the episode without an attempt or a dispatch
+_ENDS = frozenset({Code.ABSTAIN, Code.REFUSAL})
+# the most enumerated candidates one decision scores (ABSTAIN included); the selector's slot count
+MAX_ENUMERATED = 16
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the public contract says of one answer from the current state (nothing applied)."""
+
+    outcome: Code
+    admissible: bool
+    accepted: bool
+    seen_rejected: bool  # leads to a text or object this episode has already seen rejected
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The committed answer: the index of the chosen candidate (None: ABSTAIN, none listed) and
+    how many candidates were probed to decide."""
+
+    index: int | None
+    probes: int
+    tier: str  # "accepted", "admissible" or "abstain": which rule of the module docstring decided
+
+
+def probe(contract: RepairContract, case: PublicCase, state: PublicState, text: str, arm: str) -> Probe:
+    """The contract's transition on ``text`` read for admissibility and acceptance."""
+    whole = arm in WHOLE_OBJECT_ARMS
+    result = (contract.step_object if whole else contract.step)(state, text, finish_reason="stop")
+    outcome = result.outcome
+    if outcome in _ENDS:
+        return Probe(outcome, admissible=True, accepted=False, seen_rejected=False)
+    accepted = result.accepted_object is not None
+    admissible = accepted or outcome not in _INADMISSIBLE
+    seen = not accepted and admissible and known_rejected(text, case, state, arm)
+    return Probe(outcome, admissible=admissible, accepted=accepted, seen_rejected=seen)
+
+
+def choose(texts: Sequence[str], scores: Sequence[float], probes: Sequence[Probe], attempts_left: int) -> Choice:
+    """The committed candidate by the rule of the module docstring; ties go to the earlier one."""
+    n = len(texts)
+    abstain = [i for i in range(n) if probes[i].outcome in _ENDS]
+    accepted = [i for i in range(n) if probes[i].accepted]
+    if accepted:
+        return Choice(_best(accepted + abstain, scores), n, "accepted")
+    if attempts_left > 1:
+        hopeful = [i for i in range(n) if probes[i].admissible and not probes[i].seen_rejected and i not in abstain]
+        if hopeful:
+            best = _best(hopeful + abstain, scores)
+            return Choice(best, n, "admissible" if best in hopeful else "abstain")
+    return Choice(abstain[0] if abstain else None, n, "abstain")
+
+
+def _best(indices: list[int], scores: Sequence[float]) -> int:
+    return min(sorted(indices), key=lambda i: -scores[i])
+
+
+def enumerated_answers(case: PublicCase, state: PublicState, arm: str, limit: int = MAX_ENUMERATED) -> list[str]:
+    """The enumerated candidates as answers of ``arm``: ABSTAIN first, then canonical patches, or
+    for the whole-object arms the failed call with each patch applied (same evidence, other form)."""
+    answers = [ABSTAIN]
+    for candidate in enumerate_candidates(case, state, limit)[1:]:
+        if arm not in WHOLE_OBJECT_ARMS:
+            answers.append(canonical_json(list(candidate.ops)))
+            continue
+        action = parse_action(candidate.text, max_ops=max(len(candidate.ops), 1))
+        applied = apply_patch(state.candidate, action.ops) if isinstance(action, PatchAction) else None
+        if applied is not None and applied.ok:
+            answers.append(canonical_json(applied.document))
+    return list(dict.fromkeys(answers))
+
+
+def answer_key(text: str) -> str:
+    """One key for answer texts that say the same thing: the canonical JSON of a parsed value, else
+    the stripped text (ABSTAIN, or text no parser takes)."""
+    parsed = parse_response(text)
+    return canonical_json(parsed.value) if parsed.is_value else text.strip()
+
+
+__all__ = ["MAX_ENUMERATED", "Choice", "Probe", "answer_key", "choose", "enumerated_answers", "probe"]

@@ -1,0 +1,212 @@
+"""Shielded decisions: the policy consults the public contract before it commits.
+
+The shield is a refusal rule (never commit an answer the contract would refuse, and abstain when
+nothing admissible is left), so its properties are hunted by hypothesis against references it does
+not share code with: the environment's own transition run on the committed answer, and the
+``jsonschema`` library on whatever that transition dispatches.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contractrl.rollout.env import RepairEnv, contract_for
+from contractrl.rollout.shield import Choice, Probe, choose, enumerated_answers, probe
+from contractrl.tasks.arms import ARMS, WHOLE_OBJECT_ARMS
+from contractrl.tasks.cases import ABSTAIN
+from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.validators.codes import PATCH_CODES, Code
+from contractrl.validators.jsonvalue import canonical_json
+
+CASES = generate_cases(GenerateConfig(seed=53, n=130))
+_REFUSED = frozenset(PATCH_CODES) | {Code.MALFORMED_JSON, Code.DUPLICATE_KEY, Code.TRUNCATED, Code.PATCH_MALFORMED}
+
+
+def _mutations(case: Any, state: Any, arm: str) -> st.SearchStrategy[str]:
+    """Answers a weak policy writes: the enumerated ones, and the same aimed at immutable paths,
+    the root, a path that is not there, with a dangling brace, or with too many operations."""
+    listed = enumerated_answers(case, state, arm)
+    bad = ["", "{", "[]", '[{"op":"replace","path":"","value":{}}]', '[{"op":"remove","path":"/nope/deeper"}]', "I cannot"]
+    bad += [f'[{{"op":"replace","path":"{p}","value":"x"}}]' for p in case.immutable]
+    bad += [text[:-1] for text in listed if len(text) > 2]
+    if arm not in WHOLE_OBJECT_ARMS and len(listed) > 2:
+        ops = [op for text in listed[1:] for op in json.loads(text)]
+        bad.append(canonical_json(ops * 2))
+    return st.sampled_from(listed + bad)
+
+
+@st.composite
+def decisions(draw: st.DrawFn) -> tuple[Any, Any, str, list[str], list[float]]:
+    case = draw(st.sampled_from(CASES)).public
+    arm = draw(st.sampled_from(ARMS))
+    state = RepairEnv(case, arm=arm).reset()
+    texts = draw(st.lists(_mutations(case, state, arm), min_size=1, max_size=8))
+    scores = draw(st.lists(st.floats(-40, 0), min_size=len(texts), max_size=len(texts)))
+    return case, state, arm, texts, scores
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(decisions())
+def test_a_committed_answer_is_never_one_the_contract_refuses(decision: tuple) -> None:
+    case, state, arm, texts, scores = decision
+    probes = [probe(contract_for(case), case, state, t, arm) for t in texts]
+    choice = choose(texts, scores, probes, state.attempts_left)
+    committed = ABSTAIN if choice.index is None else texts[choice.index]
+    env = RepairEnv(case, arm=arm)
+    env.reset()
+    _, record = env.step(committed)
+    assert Code(record.outcome) not in _REFUSED, (committed, record.outcome)
+    if env.log.dispatched is not None:  # the reference validator agrees with what went out
+        jsonschema.validate(env.log.dispatched, case.schema)
+    if any(p.accepted for p in probes):  # a verifier-accepted answer is preferred to any unchecked one
+        ended = Code(record.outcome) in (Code.ABSTAIN, Code.REFUSAL)
+        assert choice.tier == "accepted" and (env.log.dispatched is not None or ended)
+    assert choice.probes == len(texts)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(decisions())
+def test_probes_say_what_the_environment_does(decision: tuple) -> None:
+    case, state, arm, texts, _ = decision
+    for text in texts:
+        verdict = probe(contract_for(case), case, state, text, arm)
+        env = RepairEnv(case, arm=arm)
+        env.reset()
+        _, record = env.step(text)
+        assert verdict.outcome.value == record.outcome
+        assert verdict.accepted == (env.log.dispatched is not None)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([c for c in Code if c is not Code.ACCEPTED]), st.booleans(), st.floats(-20, 0)), max_size=8
+    ),
+    st.integers(1, 3),
+)
+def test_with_nothing_admissible_the_decision_is_abstain(rows: list[tuple[Code, bool, float]], attempts_left: int) -> None:
+    """No accepted candidate, and every other one refused or leading where this episode has already
+    been rejected: ABSTAIN whatever the scores (an ABSTAIN listed among them, or none at all)."""
+    probes = [Probe(code, admissible=admissible, accepted=False, seen_rejected=admissible) for code, admissible, _ in rows]
+    texts = [f"t{i}" for i in range(len(rows))]
+    choice = choose(texts, [score for *_, score in rows], probes, attempts_left)
+    assert choice.tier == "abstain"
+    assert choice.index is None or probes[choice.index].outcome in (Code.ABSTAIN, Code.REFUSAL)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.floats(-20, 0)), min_size=1, max_size=8))
+def test_on_the_last_attempt_only_an_accepted_answer_or_abstain_is_sent(rows: list[tuple[bool, bool, float]]) -> None:
+    probes = [
+        Probe(Code.ACCEPTED if acc else Code.WRONG_TYPE, admissible=True, accepted=acc, seen_rejected=False) for acc, _, _ in rows
+    ]
+    texts = [f"t{i}" for i in range(len(rows))]
+    choice = choose(texts, [s for *_, s in rows], probes, attempts_left=1)
+    assert choice.index is None or probes[choice.index].accepted
+    if any(acc for acc, _, _ in rows):
+        best = max(s for acc, _, s in rows if acc)
+        assert choice.index is not None and rows[choice.index][2] == best
+
+
+def test_enumerated_answers_hold_no_withheld_value() -> None:
+    """The evidence boundary for probes: everything the shield weighs is built from the public half,
+    so an unrepairable case's withheld value is in none of its candidates, in any arm."""
+    checked = 0
+    for case in generate_cases(GenerateConfig(seed=59, n=650)):
+        if case.public.family != "unrepairable":
+            continue
+        withheld = case.offline.corruption["withheld_value"]
+        needle = withheld if isinstance(withheld, str) else canonical_json(withheld)
+        state = RepairEnv(case.public).reset()
+        for arm in ARMS:
+            for text in enumerated_answers(case.public, state, arm):
+                assert needle not in text, (case.public.case_id, arm, text)
+                checked += 1
+    assert checked > 100
+
+
+def test_choice_is_a_plain_record() -> None:
+    assert Choice(None, 0, "abstain") == Choice(None, 0, "abstain")
+
+
+# --- the shielded Hugging Face policy on the tiny preset ---------------------------------------
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    from contractrl.trainer.presets import build_tiny, load_model, tokenizer_corpus
+
+    path = build_tiny(tmp_path_factory.mktemp("tiny"), corpus=tokenizer_corpus(n_cases=130))
+    return load_model(str(path), device="cpu")
+
+
+def _shielded_run(tiny: tuple[Any, Any], out: Path, k: int, workers: int, arm: str = "contractrl") -> str:
+    from contractrl.rollout.hf_policy import HFPolicy, SamplingConfig
+    from contractrl.rollout.run import write_run
+    from contractrl.rollout.runner import EpisodeRunner, LocalPool
+
+    model, tokenizer = tiny
+    policy = HFPolicy(
+        model, tokenizer, arm=arm, sampling=SamplingConfig(max_new_tokens=12, batch_size=4, do_sample=False, shield_k=k)
+    )
+    runner = EpisodeRunner(policy, LocalPool(workers), arm=arm, max_inflight=5)
+    return write_run(out, {"policy": "tiny"}, runner, [c.public for c in CASES[:13]], group=1, seed=7)
+
+
+def test_shielded_episodes_count_their_probes_and_send_nothing_refused(tiny: tuple[Any, Any], tmp_path: Path) -> None:
+    from contractrl.rollout.ledger import read_ledger
+
+    for arm in ("contractrl", "full_regen"):
+        _shielded_run(tiny, tmp_path / arm, 2, 1, arm)
+        rows = read_ledger(tmp_path / arm)
+        for row in rows:
+            assert row["probes"] == sum(a["probes"] for a in row["attempts"]) >= len(row["attempts"])
+            for attempt in row["attempts"]:
+                assert attempt["probes"] >= 2  # ABSTAIN and at least one proposal
+                assert Code(attempt["outcome"]) not in _REFUSED, attempt
+
+
+def test_same_seed_and_k_give_the_same_ledger_whatever_the_workers(tiny: tuple[Any, Any], tmp_path: Path) -> None:
+    one = _shielded_run(tiny, tmp_path / "one", 3, 1)
+    two = _shielded_run(tiny, tmp_path / "two", 3, 2)
+    assert one == two
+    assert _shielded_run(tiny, tmp_path / "k1", 1, 1) != one  # K is part of what the ledger records
+
+
+def test_prefix_shared_decoding_matches_plain_generation(tiny: tuple[Any, Any]) -> None:
+    """The greedy row of the shared-prefix decoder is what ``generate`` decodes, and teacher forcing
+    gives back the log-probabilities a sampled row was drawn with (temperature 1)."""
+    from contractrl.rollout.decode import prefill, sample_answers, score_texts
+    from contractrl.rollout.hf_policy import HFPolicy, SamplingConfig
+    from contractrl.rollout.policies import Observation
+    from contractrl.rollout.prompts import render_messages, render_prompt
+
+    model, tok = tiny
+    obs = [Observation(c.public, RepairEnv(c.public).reset(), 0) for c in CASES[:3]]
+    plain = HFPolicy(model, tok, sampling=SamplingConfig(max_new_tokens=10, batch_size=3, do_sample=False)).generate(obs)
+    prompts = [render_prompt(render_messages(o.case, o.state, "contractrl"), tok) for o in obs]
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    prefix = prefill(model, enc["input_ids"], enc["attention_mask"])
+    decoded = sample_answers(
+        model,
+        prefix,
+        3,
+        max_new_tokens=10,
+        temperature=1.0,
+        eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
+        seed=1,
+        complete=lambda _: False,
+    )
+    for row, gen in enumerate(plain):
+        assert decoded[row][0].token_ids[: len(gen.token_ids)] == gen.token_ids
+        sampled = decoded[row][1]
+        ((_, per_token),) = score_texts(model, prefix, [(row, sampled.token_ids)])
+        assert per_token == pytest.approx(sampled.logprobs, abs=1e-3)

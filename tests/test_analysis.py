@@ -505,3 +505,35 @@ def test_transfer_trains_on_the_other_families_and_evaluates_on_the_held_out_one
     table = TABLES["transfer"](with_system(frame)).frame
     assert set(table["heldout_tool_family"]) == {"file", "calendar"}
     assert transfer_study(config, tmp_path / "transfer", families=("file", "calendar"), heldout_cases=4, progress=False) == runs
+
+
+def test_standing_names_the_leader_its_margin_and_the_families_behind_it() -> None:
+    import pandas as pd
+
+    from contractrl.analysis.report import standing
+
+    def episodes(policy: str, stage: str, wins: dict[str, list[bool]]) -> list[dict[str, object]]:
+        return [
+            {
+                "arm": "contractrl",
+                "policy": policy,
+                "stage": stage,
+                "case_family": family,
+                "case_id": f"{family}{i}",
+                "seed": 0,
+                "sample": 0,
+                "semantic_success": won,
+            }
+            for family, outcomes in wins.items()
+            for i, won in enumerate(outcomes)
+        ]
+
+    frame = pd.DataFrame(
+        episodes("lm", "grpo", {"immutable_field": [True, True], "wrong_type": [True, False]})
+        + episodes("heuristic", "", {"immutable_field": [False, False], "wrong_type": [True, True]})
+        + episodes("replay", "", {"immutable_field": [True, True], "wrong_type": [True, True]})
+    )
+    line = standing(frame)
+    assert line.startswith("Leads: contractrl:lm@grpo with 0.750 semantic success, +0.250 over contractrl:heuristic (0.500)")
+    assert "ahead on immutable_field (+1.00)" in line and "behind on wrong_type (-0.50)" in line
+    assert "replay" not in line  # the oracle is a mechanism check, not a contender

@@ -9,6 +9,7 @@ not share code with: the environment's own transition run on the committed answe
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,10 @@ def test_a_committed_answer_is_never_one_the_contract_refuses(decision: tuple) -
     assert Code(record.outcome) not in _REFUSED, (committed, record.outcome)
     if env.log.dispatched is not None:  # the reference validator agrees with what went out
         jsonschema.validate(env.log.dispatched, case.schema)
-    if any(p.accepted for p in probes):  # a verifier-accepted answer is preferred to any unchecked one
-        ended = Code(record.outcome) in (Code.ABSTAIN, Code.REFUSAL)
-        assert choice.tier == "accepted" and (env.log.dispatched is not None or ended)
+    if any(p.accepted for p in probes):  # an accepted answer goes out unless the policy itself abstains
+        abstains = [s for s, p in zip(scores, probes, strict=True) if p.outcome in (Code.ABSTAIN, Code.REFUSAL)]
+        if not abstains or max(abstains) < math.log(0.5):
+            assert choice.tier == "accepted" and env.log.dispatched is not None
     assert choice.probes == len(texts)
 
 

@@ -41,6 +41,7 @@ class Report:
     plots: tuple[Path, ...]
     index: Path
     summary: tuple[dict[str, Any], ...]  # the overview: one row per system
+    standing: str = ""  # one line: which system leads, by how much, and on which families
 
 
 def _kind(directory: Path) -> str | None:
@@ -117,7 +118,33 @@ def build_report(
     index = _write_index(out_dir, episodes, overview, tables, plots, settings)
     run_names = tuple(str(r) for _, runs, _ in found for r in runs)
     rows = tuple(overview.to_dict("records"))
-    return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(p.path for p in plots), index, rows)
+    lead = standing(episodes)
+    return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(p.path for p in plots), index, rows, lead)
+
+
+def standing(episodes: pd.DataFrame) -> str:
+    """Which system leads on semantic success and why: its margin over the runner-up and the
+    families where that margin comes from (the oracle replay, a mechanism check, is left out)."""
+    rows = with_system(episodes)
+    rows = rows[rows["policy"] != "replay"]
+    if rows.empty:
+        return ""
+    success = rows.groupby("system")["semantic_success"].mean().sort_values(ascending=False, kind="stable")
+    leader = str(success.index[0])
+    if len(success) == 1:
+        return f"Only {leader} ran: {success.iloc[0]:.3f} semantic success."
+    runner = str(success.index[1])
+    by_family = rows.pivot_table(index="case_family", columns="system", values="semantic_success", aggfunc="mean")
+    gaps = (by_family[leader] - by_family[runner]).sort_values(ascending=False, kind="stable")
+    ahead = [f"{family} ({gap:+.2f})" for family, gap in gaps.items() if gap > 0][:3]
+    behind = [f"{family} ({gap:+.2f})" for family, gap in gaps.items() if gap < 0][-2:]
+    why = f"ahead on {', '.join(ahead)}" if ahead else "on no family ahead"
+    if behind:
+        why += f", behind on {', '.join(behind)}"
+    return (
+        f"Leads: {leader} with {success.iloc[0]:.3f} semantic success, {success.iloc[0] - success.iloc[1]:+.3f} over "
+        f"{runner} ({success.iloc[1]:.3f}); by family it is {why}."
+    )
 
 
 def summary(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -193,4 +220,4 @@ def _write_index(
     return path
 
 
-__all__ = ["EPISODES_FILE", "Report", "build_report", "discover", "summary"]
+__all__ = ["EPISODES_FILE", "Report", "build_report", "discover", "standing", "summary"]

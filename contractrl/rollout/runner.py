@@ -8,7 +8,10 @@ in (case, sample) order, whatever the number of workers, so the ledger digest is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +54,34 @@ class LocalPool:
         self._workers[slot] = EpisodeWorker()
 
 
+# seconds between two progress lines while a policy generates (a CPU round can take minutes)
+HEARTBEAT_S = 15.0
+
+
+@contextmanager
+def heartbeat(progress: Any, what: str, every: float = HEARTBEAT_S) -> Iterator[None]:
+    """Refresh ``progress`` (a tqdm bar, or None) every ``every`` seconds with ``what`` and the time
+    spent, so a long generation round still shows it is alive."""
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+    start = time.perf_counter()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            progress.set_postfix_str(f"{what} ({time.perf_counter() - start:.0f}s)", refresh=True)
+
+    progress.set_postfix_str(what, refresh=True)
+    thread = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 class EpisodeRunner:
     """Runs episodes in chunks of ``max_inflight`` (back-pressure on memory and on the policy)."""
 
@@ -82,26 +113,31 @@ class EpisodeRunner:
         episodes: dict[EpisodeKey, Episode] = {}
         for start in range(0, len(keys), self.max_inflight):
             chunk = keys[start : start + self.max_inflight]
-            episodes.update(self._run_chunk(chunk, cases))
-            if progress is not None:
-                progress.update(len(chunk))
+            episodes.update(self._run_chunk(chunk, cases, progress))
         return [episodes[k] for k in keys]
 
     def _slot(self, key: EpisodeKey) -> int:
         return (key.index * 7919 + key.sample) % self.pool.size
 
-    def _run_chunk(self, keys: list[EpisodeKey], cases: Sequence[PublicCase]) -> dict[EpisodeKey, Episode]:
+    def _run_chunk(self, keys: list[EpisodeKey], cases: Sequence[PublicCase], progress: Any = None) -> dict[EpisodeKey, Episode]:
         transcripts: dict[EpisodeKey, list[Generation]] = {k: [] for k in keys}
         states: dict[EpisodeKey, PublicState] = {}
         rows: dict[EpisodeKey, dict[str, Any]] = {}
         self._dispatch("reset", {k: (k, cases[k.index]) for k in keys}, transcripts, cases, states, rows)
         round_no = 0
+        finished = len(rows)
+        if progress is not None and finished:
+            progress.update(finished)
         while len(rows) < len(keys):
             active = [k for k in keys if k not in rows]
-            generations = self.policy.generate([Observation(cases[k.index], states[k], k.sample, k.arm) for k in active])
+            with heartbeat(progress, f"decision {round_no + 1}: {len(active)} episodes generating"):
+                generations = self.policy.generate([Observation(cases[k.index], states[k], k.sample, k.arm) for k in active])
             for key, gen in zip(active, generations, strict=True):
                 transcripts[key].append(gen)
             self._dispatch("step", {k: (k, transcripts[k][-1]) for k in active}, transcripts, cases, states, rows)
+            if progress is not None:
+                progress.update(len(rows) - finished)
+                finished = len(rows)
             round_no += 1
             if self.after_round is not None:
                 self.after_round(round_no, self.pool)

@@ -7,13 +7,19 @@ public contract from the current state (:func:`probe`: strict parse, action mask
 schema and cross-field check; ``RepairContract.step`` is pure, so nothing is dispatched and no
 attempt is spent), and then commits by :func:`choose`:
 
-1. if some candidate is *accepted*, the best-scoring of the accepted candidates and ABSTAIN
-   (the verifier accepts invented values too, so the policy's own score still decides whether the
-   request supports a repair at all);
-2. else, with another attempt left after this one, the best-scoring of ABSTAIN and the admissible
-   candidates that make an object not seen rejected in this episode (a partial repair whose next
-   report may say more);
-3. else ABSTAIN: an inadmissible or certainly rejected answer is never sent.
+1. ABSTAIN when the policy itself abstains: the model gives ABSTAIN at least half its probability
+   (more than every patch together). The verifier accepts invented values too, so whether the
+   request supports a repair at all stays the policy's decision;
+2. else, if some candidate is *accepted*, the best-scoring accepted one;
+3. else, with another attempt left after this one, the best-scoring admissible candidate that
+   makes an object not seen rejected in this episode (a partial repair whose next report may say
+   more);
+4. else ABSTAIN: an inadmissible or certainly rejected answer is never sent.
+
+Scores are the model's log-probabilities of whole answers. Among patches they rank which repair to
+send; between ABSTAIN and a patch they do not, since a patch's probability is spread over its many
+tokens while ABSTAIN's is not (measured: ranking ABSTAIN by its sequence probability against the
+patches abstained on 9 of 52 cases the blind policy solved).
 
 Only the public half is read: the case's schema, contract, immutable paths and budgets, the
 current call and the episode's own history. Probes are counted per decision and reported beside
@@ -24,6 +30,7 @@ the comparison about the output representation, not about who may consult the va
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,6 +52,8 @@ _INADMISSIBLE = frozenset(PATCH_CODES) | frozenset(
 )
 # answers that end the episode without an attempt or a dispatch
 _ENDS = frozenset({Code.ABSTAIN, Code.REFUSAL})
+# log(1/2): at or above it, the policy puts more probability on ABSTAIN than on every other answer
+_HALF = math.log(0.5)
 # the most enumerated candidates one decision scores (ABSTAIN included); the selector's slot count
 MAX_ENUMERATED = 16
 
@@ -86,15 +95,16 @@ def choose(texts: Sequence[str], scores: Sequence[float], probes: Sequence[Probe
     """The committed candidate by the rule of the module docstring; ties go to the earlier one."""
     n = len(texts)
     abstain = [i for i in range(n) if probes[i].outcome in _ENDS]
+    if abstain and max(scores[i] for i in abstain) >= _HALF:
+        return Choice(_best(abstain, scores), n, "abstain")
     accepted = [i for i in range(n) if probes[i].accepted]
     if accepted:
-        return Choice(_best(accepted + abstain, scores), n, "accepted")
+        return Choice(_best(accepted, scores), n, "accepted")
     if attempts_left > 1:
         hopeful = [i for i in range(n) if probes[i].admissible and not probes[i].seen_rejected and i not in abstain]
         if hopeful:
-            best = _best(hopeful + abstain, scores)
-            return Choice(best, n, "admissible" if best in hopeful else "abstain")
-    return Choice(abstain[0] if abstain else None, n, "abstain")
+            return Choice(_best(hopeful, scores), n, "admissible")
+    return Choice(_best(abstain, scores) if abstain else None, n, "abstain")
 
 
 def _best(indices: list[int], scores: Sequence[float]) -> int:

@@ -239,6 +239,12 @@ class GRPOConfig:
     temperature: float = setting(1.0, help="sampling temperature of rollouts")
     max_new_tokens: int = setting(64, help="generation limit per answer")
     generation_batch_size: int = setting(16, help="prompts per generation call")
+    shield_k: int = setting(
+        0,
+        help="train through the shielded decision: K sampled proposals per decision, probed with the enumerated "
+        "candidates, one committed; the loss applies to the committed answer's tokens (0: blind sampling; "
+        "rollout/shield.py)",
+    )
     arm: Literal["contractrl", "patch_sft"] = setting("contractrl", help="the prompt GRPO trains (a patch arm)")
     families: tuple[str, ...] = setting(
         CORRUPTION_FAMILIES,
@@ -280,6 +286,7 @@ class GRPOConfig:
         check(self.eps > 0, f"grpo.eps must be > 0, got {self.eps}")
         check(self.temperature > 0, f"grpo.temperature must be > 0, got {self.temperature}")
         check(self.max_new_tokens >= 1, f"grpo.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check(self.shield_k >= 0, f"grpo.shield_k must be >= 0 (0: blind sampling), got {self.shield_k}")
         unknown = sorted(set(self.families) - set(CORRUPTION_FAMILIES))
         check(not unknown, f"grpo.families: unknown {unknown}; choose from {', '.join(CORRUPTION_FAMILIES)}")
         check(bool(self.families), "grpo.families: at least one family is needed")

@@ -344,6 +344,7 @@ class Trainer:
             temperature=cfg.temperature,
             batch_size=cfg.generation_batch_size,
             seed=derived_seed(self.config.seed, "grpo", step),
+            shield_k=cfg.shield_k,
         )
         policy = GroupPolicy(self.group, sampling, cfg.arm, name=f"grpo@{step}")
         episodes = EpisodeRunner(policy, self.pool, arm=cfg.arm).run_episodes(cases, group=cfg.group_size, seed=self.config.seed)
@@ -428,7 +429,14 @@ class Trainer:
         )
         arm = self.config.sft.arm if stage == "sft" else self.config.grpo.arm
         policy = GroupPolicy(self.group, sampling, arm, name=self.config.model.label)
-        episodes = EpisodeRunner(policy, self.pool, arm=arm).run_episodes(self.eval_cases, group=1, seed=self.config.seed)
+        bar = _progress(self.progress, len(self.eval_cases), 0, f"eval after {stage}", unit="ep")
+        try:
+            episodes = EpisodeRunner(policy, self.pool, arm=arm).run_episodes(
+                self.eval_cases, group=1, seed=self.config.seed, progress=bar
+            )
+        finally:
+            if bar is not None:
+                bar.close()
         run_dir = self.out / EVALS / f"after-{stage}"
         labels = {"study": "main", "stage": stage, "model": self.config.model.label, "mode": "same_information"}
         digest = self._freeze(run_dir, episodes, {"stage": f"eval-after-{stage}", "labels": labels})
@@ -510,12 +518,12 @@ def _flat_evals(evals: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {f"eval/{stage}/semantic_success": e["semantic_success"] for stage, e in evals.items()}
 
 
-def _progress(enabled: bool, total: int, initial: int, desc: str) -> Any:
+def _progress(enabled: bool, total: int, initial: int, desc: str, unit: str = "step") -> Any:
     if not enabled or total == 0:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True)
 
 
 __all__ = ["EpisodeJudge", "TrainResult", "Trainer", "batch_indices", "derived_seed", "weighted_batch_indices", "with_contrasts"]

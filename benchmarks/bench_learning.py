@@ -84,7 +84,7 @@ DEFAULTS = (
     # sections of RESULTS.md give the overrides of each measured change
     "train.sft.contrast_unrepairable=false",
     "train.sft.noisy_report_retries=false",
-    "train.eval.rejected_beams=0",
+    "train.eval.shield_k=0",
     "train.model.lora.top_layers=0",  # every layer adapted (the main job adapts the top 15 since 2026-12-03)
 )
 

@@ -197,8 +197,6 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
         if args.policy_actors < 0 or args.gpus_per_actor < 0:
             raise ConfigError("--policy-actors and --gpus-per-actor must be >= 0")
-        if args.rejected_beams < 0:
-            raise ConfigError(f"--rejected-beams must be >= 0 (0 keeps such answers), got {args.rejected_beams}")
         if args.shield_k < 0:
             raise ConfigError(f"--shield-k must be >= 0 (0: blind decoding), got {args.shield_k}")
         sampling = SamplingConfig(
@@ -206,7 +204,6 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
             temperature=args.temperature,
             do_sample=args.temperature > 0,
             seed=args.seed,
-            rejected_beams=args.rejected_beams,
             shield_k=args.shield_k,
             shield_enumerate=not args.no_enumerate,
         )
@@ -256,20 +253,15 @@ def _hf_policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shield-k",
         type=int,
-        default=0,
+        default=1,
         help="hf policies: shielded decoding with K proposals per decision, probed on the public contract with the "
-        "enumerated candidates before one is committed (0 = blind; rollout/shield.py)",
+        "enumerated candidates before one is committed (0 = blind: the decoded answer is sent as it is; "
+        "rollout/shield.py)",
     )
     parser.add_argument(
         "--no-enumerate",
         action="store_true",
         help="hf policies, shielded: weigh only the model's own proposals, not the enumerated candidates",
-    )
-    parser.add_argument(
-        "--rejected-beams",
-        type=int,
-        default=4,
-        help="hf policies, greedy: beams that replace an answer the episode has already seen rejected (0 = keep it)",
     )
     parser.add_argument(
         "--policy-actors",

@@ -36,27 +36,24 @@ from .experiments.studies import StudySetup, evaluate
 from .trainer.config import TrainConfig
 
 # The embedded default is MainJobConfig's defaults below: TrainConfig's own defaults
-# (trainer/config.py) with MAIN_JOB's three changes. SmolLM2-135M-Instruct with LoRA (a real
+# (trainer/config.py) with MAIN_JOB's changes. SmolLM2-135M-Instruct with LoRA (a real
 # pretrained model, taken from a PyPI wheel; no model hub), the built-in tool catalog, local Ray,
 # sized for about 30 minutes on a 2-core CPU (plus DeepSpeed's one-time op build and the model's
 # one-time conversion).
 #
-# MAIN_JOB's changes fit that budget; all were measured on a 2-core EPYC (benchmarks/RESULTS.md,
-# "The main job with SmolLM2"). Beams for answers already seen rejected gained 5 of 52 held-out
-# cases after 60 SFT steps, but doubled the generated tokens and added 9 minutes to the ContractRL
-# half alone. Two GRPO steps show the stage as four did; neither moved held-out success. LoRA on
-# the top 15 of SmolLM2's 30 layers stops the backward pass halfway: 21.9 against 31.7 minutes for
-# the whole job, at 3 of 52 held-out cases fewer for every learned arm (p >= 0.55 each).
-#
-# Shielded decoding (rollout/shield.py) with K = 1 and the enumerated candidates: after the same 60 SFT
-# steps it took held-out success from 0.365 to 0.923 (benchmarks/RESULTS.md, "Shielded decoding").
-# Requests are paraphrased (values in words, not JSON to copy), the headline request style.
+# MAIN_JOB's changes fit that budget; all were measured on a 2-core EPYC (benchmarks/RESULTS.md).
+# - Paraphrased requests (values in words, not JSON to copy), the headline request style.
+# - GRPO samples through the shielded decision (grpo.shield_k=1), as held-out decisions are shielded
+#   (eval.shield_k=1, the default): after the same 60 SFT steps the shield took held-out success from
+#   0.365 to 0.923 ("Shielded decoding").
+# - Two GRPO steps show the stage as four did; neither moved held-out success.
+# - LoRA on the top 15 of SmolLM2's 30 layers stops the backward pass halfway: 21.9 against 31.7
+#   minutes for the whole job, at 3 of 52 held-out cases fewer for every learned arm (p >= 0.55 each).
 MAIN_JOB: dict[str, Any] = {
     "train": {
         "model": {"lora": {"top_layers": 15}},
         "data": {"request_style": "paraphrase"},
         "grpo": {"steps": 2, "shield_k": 1},
-        "eval": {"rejected_beams": 0, "shield_k": 1},
     }
 }
 
@@ -210,7 +207,6 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
             max_new_tokens=whole.max_new_tokens,
             do_sample=False,
             batch_size=config.train.eval.batch_size,
-            rejected_beams=config.train.eval.rejected_beams,
             shield_k=config.train.eval.shield_k,
             shield_enumerate=config.train.eval.shield_enumerate,
         )

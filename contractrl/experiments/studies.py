@@ -180,7 +180,6 @@ def transfer_study(
         max_new_tokens=config.eval.max_new_tokens,
         do_sample=False,
         batch_size=config.eval.batch_size,
-        rejected_beams=config.eval.rejected_beams,
         shield_k=config.eval.shield_k,
         shield_enumerate=config.eval.shield_enumerate,
     )

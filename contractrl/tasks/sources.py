@@ -26,6 +26,7 @@ from ..validators import Verifier
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import escape_token
 from .bfcl import BfclEntry, ground_truth_call, load_bfcl_dir
+from .bfcl_wheel import category_dir, is_category
 from .catalog import make_sandbox, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, iter_leaves
 from .requests import REQUEST_STYLES, TOOL_OUTPUT_HEADING, render_request
@@ -172,8 +173,8 @@ class BfclSource(_ImportedSource):
     are left out and counted in ``skipped``.
     """
 
-    def __init__(self, directory: str | Path) -> None:
-        self.name = f"bfcl:{directory}"
+    def __init__(self, directory: str | Path, name: str | None = None) -> None:
+        self.name = name or f"bfcl:{directory}"
         calls: list[SourceCall] = []
         skipped: dict[str, int] = {}
         for entry in load_bfcl_dir(directory):
@@ -321,14 +322,15 @@ def check_source(spec: str, style: str = "verbatim") -> None:
         raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
     kind, _, directory = spec.partition(":")
     if spec != BUILTIN and not (kind in ("bfcl", "jsonschema") and directory):
-        raise ConfigError(f"unknown case source {spec!r}; use builtin, bfcl:DIR or jsonschema:DIR")
+        raise ConfigError(f"unknown case source {spec!r}; use builtin, bfcl:CATEGORY, bfcl:DIR or jsonschema:DIR")
     if kind == "bfcl" and style != "verbatim":
         raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
 
 
 def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbatim") -> CallSource:
-    """``builtin``, ``bfcl:DIR`` or ``jsonschema:DIR``; ``style`` is how ContractRL writes requests
-    (BFCL requests are the users' own words, so only ``verbatim`` applies there)."""
+    """``builtin``, ``bfcl:CATEGORY`` (a category of the BFCL v4 wheel, e.g. ``bfcl:live_simple``;
+    :mod:`.bfcl_wheel`), ``bfcl:DIR`` or ``jsonschema:DIR``; ``style`` is how ContractRL writes
+    requests (BFCL requests are the users' own words, so only ``verbatim`` applies there)."""
     check_source(spec, style)
     if spec == BUILTIN:
         return BuiltinSource(tool_families, style)
@@ -339,6 +341,8 @@ def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbati
 @lru_cache(maxsize=8)
 def _imported(kind: str, directory: str, style: str) -> _ImportedSource:
     """Read once per process: a config check and the generator both ask for the same data."""
+    if kind == "bfcl" and is_category(directory):
+        return BfclSource(category_dir(directory), name=f"bfcl:{directory}")
     return BfclSource(directory) if kind == "bfcl" else JsonSchemaSource(directory, style)
 
 

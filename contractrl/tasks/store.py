@@ -7,7 +7,6 @@ public half is :func:`read_public`; the offline half is read only by ``contractr
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -19,6 +18,7 @@ import pyarrow.parquet as pq
 from .. import __version__
 from ..errors import InputFileError
 from ..validators.jsonvalue import sha256_json
+from ..wheels import file_sha256
 from .cases import Case, PublicCase
 
 PUBLIC_FILE = "public.parquet"
@@ -53,14 +53,6 @@ OFFLINE_SCHEMA = pa.schema(
         ("corruption", pa.string()),
     ]
 )
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:

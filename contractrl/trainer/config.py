@@ -18,6 +18,7 @@ from ..configtree import check, setting
 from ..errors import ConfigError
 from ..tasks.arms import PATCH_ARMS
 from ..tasks.audit import UNITS
+from ..tasks.bfcl_wheel import check_trainable
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CORRUPTION_FAMILIES
 from ..tasks.sources import check_source
@@ -98,7 +99,11 @@ class ModelConfig:
 class DataConfig:
     """Training and held-out cases, generated from one source (disjoint by the split audit)."""
 
-    source: str = setting("builtin", help="where valid calls come from: builtin, bfcl:DIR or jsonschema:DIR (docs/cases.md)")
+    source: str = setting(
+        "builtin",
+        help="where valid calls come from: builtin, bfcl:CATEGORY (from the BFCL wheel; live_* are held out), "
+        "bfcl:DIR or jsonschema:DIR (docs/cases.md)",
+    )
     request_style: Literal["verbatim", "paraphrase"] = setting(
         "verbatim", help="how requests state values: JSON to copy, or words to understand (docs/cases.md)"
     )
@@ -126,6 +131,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         try:
             check_source(self.source, self.request_style)
+            check_trainable(self.source)
         except ConfigError as exc:
             raise ConfigError(f"data.source: {exc}") from exc
         unknown = sorted(set(self.disjoint) - set(UNITS))
@@ -419,18 +425,14 @@ class EvalConfig:
     enabled: bool = setting(True, help="evaluate the held-out cases after each stage")
     max_new_tokens: int = setting(96, help="generation limit per answer")
     batch_size: int = setting(16, help="prompts per generation call")
-    rejected_beams: int = setting(
-        4, help="beams that replace an answer the episode has already seen rejected (0 keeps it; rollout/known_rejected.py)"
-    )
     shield_k: int = setting(
-        0,
+        1,
         help="shielded decoding: K proposals per decision (the greedy one, then samples), probed with the enumerated "
         "candidates on the public contract before one is committed (0: blind; rollout/shield.py)",
     )
     shield_enumerate: bool = setting(True, help="the shield also scores the enumerated candidates (rollout/candidates.py)")
 
     def __post_init__(self) -> None:
-        check(self.rejected_beams >= 0, f"eval.rejected_beams must be >= 0 (0 keeps such answers), got {self.rejected_beams}")
         check(self.shield_k >= 0, f"eval.shield_k must be >= 0 (0: blind decoding), got {self.shield_k}")
 
 

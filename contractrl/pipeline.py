@@ -33,6 +33,8 @@ from .analysis.report import Report, build_report
 from .analysis.tables import DEFAULT_THRESHOLDS
 from .configtree import check, from_dict, merge, nest, parse_overrides, setting, to_dict
 from .experiments.studies import StudySetup, evaluate
+from .rollout.run import RolloutRun
+from .tasks.bfcl_wheel import CATEGORIES as BFCL_CATEGORIES
 from .trainer.config import TrainConfig
 
 # The embedded default is MainJobConfig's defaults below: TrainConfig's own defaults
@@ -70,6 +72,7 @@ QUICK: dict[str, Any] = {
         "checkpoint": {"every": 10},
     },
     "whole_object": {"sft_steps": 10, "max_new_tokens": 64},
+    "bfcl": {"cases": 6},
 }
 # the one line a summary of a tiny-model run carries
 TINY_NOTE = (
@@ -106,11 +109,31 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
+class BfclSliceConfig:
+    """Real users' questions from the BFCL wheel, evaluated after the built-in cases, never trained on."""
+
+    category: str = setting(
+        "live_simple",
+        help="a BFCL v4 category of the bfcl-eval wheel (tasks/bfcl_wheel.py; '' skips the slice); the live "
+        "categories are held out: evaluated, never trained or selected on",
+    )
+    cases: int = setting(24, help="cases drawn from the category, over the corruption families it can host")
+
+    def __post_init__(self) -> None:
+        check(
+            self.category == "" or self.category in BFCL_CATEGORIES,
+            f"bfcl.category: unknown BFCL category {self.category!r}; choose from {', '.join(BFCL_CATEGORIES)}, or ''",
+        )
+        check(self.cases >= 1, f"bfcl.cases must be >= 1, got {self.cases}")
+
+
+@dataclass(frozen=True)
 class MainJobConfig:
     out: str = setting("runs/main", help="the main job's directory (training under out/train)")
     train: TrainConfig = setting(factory=TrainConfig, help="the ContractRL / Patch-SFT training")
     whole_object: WholeObjectConfig = setting(factory=WholeObjectConfig, help="the whole-object arms' model")
     references: bool = setting(True, help="also run the heuristic and oracle-replay references")
+    bfcl: BfclSliceConfig = setting(factory=BfclSliceConfig, help="a slice of real users' questions (BFCL), evaluated only")
     report: ReportConfig = setting(factory=ReportConfig, help="the join and the report")
 
 
@@ -175,6 +198,11 @@ def run_main_job(config: MainJobConfig, *, progress: bool = True, log: TextIO = 
 
     say("3/4 evaluating constrained decoding and the references on the held-out cases")
     _evaluate_others(config, eval_cases, whole_dir, out / "eval", progress)
+    if config.bfcl.category:
+        say(f"   and every system on {config.bfcl.cases} cases of BFCL {config.bfcl.category} (real users' questions)")
+        skipped = _evaluate_bfcl(config, whole_dir, out / "bfcl", progress)
+        if skipped:
+            say(f"   BFCL slice skipped: {skipped}")
 
     say("4/4 joining the frozen ledgers to the held-out targets and writing the report")
     report = build_report(
@@ -230,6 +258,57 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
         evaluate(replay, cases, out / "replay", labels)
 
 
+def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, progress: bool) -> str:
+    """The BFCL slice: its cases drawn once, then ContractRL (the last trained stage), full
+    regeneration and the heuristic on them. Returns why it was skipped, or ''."""
+    from .rollout.hf_policy import HFPolicy, SamplingConfig
+    from .rollout.policies import HeuristicPolicy
+    from .rollout.runner import LocalPool
+    from .tasks.bfcl_wheel import BfclDataError
+    from .tasks.generate import GenerateConfig, generate_cases
+    from .tasks.sources import source_families
+    from .tasks.store import read_public, write_case_set
+    from .trainer.presets import load_model
+
+    spec = f"bfcl:{config.bfcl.category}"
+    try:
+        hosted = source_families(spec)
+    except BfclDataError as exc:
+        return str(exc)
+    data = config.train.data
+    case_dir = out / "cases"
+    if not (case_dir / "manifest.json").is_file():
+        families = tuple(f for f in data.families if f in hosted)
+        generate = GenerateConfig(
+            seed=data.seed, n=config.bfcl.cases, families=families, max_attempts=data.max_attempts, max_ops=data.max_ops, source=spec
+        )
+        write_case_set(generate_cases(generate), case_dir, generate.to_dict())
+    cases = read_public(case_dir)
+    pool, seed, label = LocalPool(1), config.train.seed, config.train.model.label
+    labels = {"study": "bfcl", "condition": spec, "mode": "same_information"}
+    evaluate(StudySetup(lambda _: HeuristicPolicy(), pool, seed=seed, progress=progress), cases, out / "heuristic", labels)
+    stage = config.train.stages[-1]
+    learned = [(Path(config.out) / "train" / "stages" / stage, config.train.grpo.arm, stage, config.train.eval.max_new_tokens)]
+    if whole_dir is not None:
+        learned.append((whole_dir, "full_regen", "sft", config.whole_object.max_new_tokens))
+    for model_dir, arm, stage_name, max_new_tokens in learned:
+        run_dir = out / arm
+        if RolloutRun(run_dir).is_frozen():
+            continue
+        model, tokenizer = load_model(str(model_dir.resolve()))
+        sampling = SamplingConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            batch_size=config.train.eval.batch_size,
+            shield_k=config.train.eval.shield_k,
+            shield_enumerate=config.train.eval.shield_enumerate,
+        )
+        policy = HFPolicy(model, tokenizer, arm=arm, sampling=sampling, name=label, cpu_bf16=config.train.model.cpu_bf16)
+        setup = StudySetup(lambda _, p=policy: p, pool, arm=arm, seed=seed, model=label, stage=stage_name, progress=progress)
+        evaluate(setup, cases, run_dir, labels)
+    return ""
+
+
 def _replay_policy(case_dir: Path) -> Any:
     """Oracle replay: the gold answers (the mechanism check, given targets by design)."""
     from .rollout.policies import ReplayPolicy
@@ -242,6 +321,7 @@ def _replay_policy(case_dir: Path) -> Any:
 def format_summary(rows: list[dict[str, Any]]) -> str:
     """The terminal table: one row per system."""
     headers = [
+        ("slice", "slice", "{}"),
         ("system", "system", "{}"),
         ("episodes", "episodes", "{}"),
         ("semantic", "semantic_success", "{:.3f}"),
@@ -255,10 +335,10 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     cells = [[fmt.format(row[key]) for _, key, fmt in headers] for row in rows]
     widths = [max(len(title), *(len(c[i]) for c in cells)) if cells else len(title) for i, (title, _, _) in enumerate(headers)]
     line = "  ".join(
-        title.ljust(w) if i == 0 else title.rjust(w) for i, ((title, _, _), w) in enumerate(zip(headers, widths, strict=True))
+        title.ljust(w) if i < 2 else title.rjust(w) for i, ((title, _, _), w) in enumerate(zip(headers, widths, strict=True))
     )
     body = [
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))) for row in cells
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))) for row in cells
     ]
     return "\n".join([line, "-" * len(line), *body])
 

@@ -508,21 +508,25 @@ def test_transfer_trains_on_the_other_families_and_evaluates_on_the_held_out_one
 
 
 def test_standing_names_the_leader_its_margin_and_the_families_behind_it() -> None:
+    """One line per slice (the catalog first), never pooling real users' questions with it."""
     import pandas as pd
 
     from contractrl.analysis.report import standing
 
-    def episodes(policy: str, stage: str, wins: dict[str, list[bool]]) -> list[dict[str, object]]:
+    def episodes(policy: str, stage: str, wins: dict[str, list[bool]], study: str = "main") -> list[dict[str, object]]:
+        condition = "" if study == "main" else "bfcl:live_simple"
         return [
             {
                 "arm": "contractrl",
                 "policy": policy,
                 "stage": stage,
                 "case_family": family,
-                "case_id": f"{family}{i}",
+                "case_id": f"{study}{family}{i}",
                 "seed": 0,
                 "sample": 0,
                 "semantic_success": won,
+                "study": study,
+                "condition": condition,
             }
             for family, outcomes in wins.items()
             for i, won in enumerate(outcomes)
@@ -532,8 +536,13 @@ def test_standing_names_the_leader_its_margin_and_the_families_behind_it() -> No
         episodes("lm", "grpo", {"immutable_field": [True, True], "wrong_type": [True, False]})
         + episodes("heuristic", "", {"immutable_field": [False, False], "wrong_type": [True, True]})
         + episodes("replay", "", {"immutable_field": [True, True], "wrong_type": [True, True]})
+        + episodes("lm", "grpo", {"wrong_type": [False, False]}, study="bfcl")
+        + episodes("heuristic", "", {"wrong_type": [True, False]}, study="bfcl")
     )
-    line = standing(frame)
-    assert line.startswith("Leads: contractrl:lm@grpo with 0.750 semantic success, +0.250 over contractrl:heuristic (0.500)")
+    line, bfcl = standing(frame)
+    assert line.startswith(
+        "built-in: contractrl:lm@grpo leads with 0.750 semantic success, +0.250 over contractrl:heuristic (0.500)"
+    )
     assert "ahead on immutable_field (+1.00)" in line and "behind on wrong_type (-0.50)" in line
     assert "replay" not in line  # the oracle is a mechanism check, not a contender
+    assert bfcl.startswith("bfcl:live_simple: contractrl:heuristic leads with 0.500 semantic success, +0.500 over")

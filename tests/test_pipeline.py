@@ -41,18 +41,28 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     assert TINY_NOTE in proc.stdout  # --quick runs tiny, and says what that shows
     assert "p95 episode s (gen+check)" in proc.stdout
 
-    episodes = pd.read_parquet(out / "report" / "episodes.parquet")
+    everything = pd.read_parquet(out / "report" / "episodes.parquet")
+    episodes = everything[everything["study"] == "main"]
     assert set(episodes["arm"]) == set(ARMS)  # full regeneration, constrained, Patch-SFT, ContractRL
     assert {"heuristic", "replay"} <= set(episodes["policy"])
     assert (episodes["mode"] == "same_information").all()
     assert episodes.groupby(["arm", "policy"])["case_id"].nunique().eq(8).all()  # the same held-out cases
     assert episodes["unsafe_dispatch"].sum() == 0
-    # the summary table has a row per system
+    # the summary table has a row per slice and system, and one line per slice says who leads
     for system in ("contractrl:tiny-h64-l2@grpo", "patch_sft:tiny-h64-l2@sft", "full_regen:tiny-h64-l2@sft"):
-        assert re.search(rf"^{re.escape(system)}\s+8\s", proc.stdout, flags=re.MULTILINE), proc.stdout
+        assert re.search(rf"^built-in\s+{re.escape(system)}\s+8\s", proc.stdout, flags=re.MULTILINE), proc.stdout
+    # real users' questions from the BFCL wheel: evaluated for ContractRL, regeneration and the heuristic, never trained on
+    bfcl = everything[everything["study"] == "bfcl"]
+    assert set(bfcl["condition"]) == {"bfcl:live_simple"} and set(bfcl["arm"]) == {"contractrl", "full_regen"}
+    assert bfcl.groupby(["arm", "policy"])["case_id"].nunique().eq(6).all() and "heuristic" in set(bfcl["policy"])
+    for system in ("contractrl:tiny-h64-l2@grpo", "contractrl:heuristic"):
+        assert re.search(rf"^bfcl:live_simple\s+{re.escape(system)}\s+6\s", proc.stdout, flags=re.MULTILINE), proc.stdout
+    assert re.search(r"^built-in: \S+ leads with", proc.stdout, flags=re.MULTILINE)
+    assert re.search(r"^bfcl:live_simple: \S+ leads with", proc.stdout, flags=re.MULTILINE)
+    assert "probes" in proc.stdout
     # every ledger verifies: held-out runs and the GRPO training batches
     runs, _ = discover(out)
-    assert len(runs) == 6
+    assert len(runs) == 9
     batches = sorted((out / "train" / "rollouts").iterdir())
     assert len(batches) == 2
     digests = {}
@@ -84,3 +94,18 @@ def test_run_config_overrides_and_errors(tmp_path: Path) -> None:
         load_main_job_config(overrides=["whole_objct.enabled=false"])
     with pytest.raises(ConfigError, match="sft_steps"):
         load_main_job_config(overrides=["whole_object.sft_steps=0"])
+
+
+def test_a_bfcl_slice_that_cannot_be_had_is_skipped_with_its_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No wheel and no registry: the main job says why and goes on; nothing is written for the slice."""
+    from contractrl.pipeline import _evaluate_bfcl
+    from contractrl.tasks import bfcl_wheel
+
+    monkeypatch.setenv(bfcl_wheel.PIN.env, str(tmp_path / "missing.whl"))
+    monkeypatch.setenv(bfcl_wheel.CACHE_ENV, str(tmp_path / "cache"))
+    config = load_main_job_config(quick=True, out=str(tmp_path / "job"), overrides=["bfcl.category=simple_java"])
+    reason = _evaluate_bfcl(config, None, tmp_path / "job" / "bfcl", progress=False)
+    assert f"{bfcl_wheel.PIN.env} names {tmp_path / 'missing.whl'}, which is not a file" in reason
+    assert not (tmp_path / "job" / "bfcl").exists()
+    with pytest.raises(ConfigError, match="bfcl.category: unknown BFCL category 'simpel'"):
+        load_main_job_config(overrides=["bfcl.category=simpel"])

@@ -41,7 +41,7 @@ class Report:
     plots: tuple[Path, ...]
     index: Path
     summary: tuple[dict[str, Any], ...]  # the overview: one row per system
-    standing: str = ""  # one line: which system leads, by how much, and on which families
+    standing: tuple[str, ...] = ()  # per slice, one line: which system leads, by how much, and on which families
 
 
 def _kind(directory: Path) -> str | None:
@@ -122,39 +122,56 @@ def build_report(
     return Report(out_dir, len(episodes), run_names, tuple(table_paths), tuple(p.path for p in plots), index, rows, lead)
 
 
-def standing(episodes: pd.DataFrame) -> str:
-    """Which system leads on semantic success and why: its margin over the runner-up and the
-    families where that margin comes from (the oracle replay, a mechanism check, is left out)."""
+BUILT_IN = "built-in"
+
+
+def slices(episodes: pd.DataFrame) -> pd.Series:
+    """The slice of each episode: ``built-in`` for the main study's cases, else the run's condition
+    (``bfcl:live_simple``) or study, so a summary never pools real users' questions with the catalog."""
+    other = episodes["condition"].where(episodes["condition"] != "", episodes["study"])
+    return other.where(episodes["study"] != "main", BUILT_IN)
+
+
+def standing(episodes: pd.DataFrame) -> tuple[str, ...]:
+    """Per slice, one line: which system leads on semantic success, its margin over the runner-up,
+    and the families that margin comes from (the oracle replay, a mechanism check, is left out)."""
     rows = with_system(episodes)
-    rows = rows[rows["policy"] != "replay"]
-    if rows.empty:
-        return ""
+    rows = rows[rows["policy"] != "replay"].assign(slice=slices(rows[rows["policy"] != "replay"]))
+    lines = []
+    for name, group in sorted(rows.groupby("slice"), key=lambda kv: (kv[0] != BUILT_IN, kv[0])):
+        lines.append(f"{name}: {_lead(group)}")
+    return tuple(lines)
+
+
+def _lead(rows: pd.DataFrame) -> str:
     success = rows.groupby("system")["semantic_success"].mean().sort_values(ascending=False, kind="stable")
     leader = str(success.index[0])
     if len(success) == 1:
-        return f"Only {leader} ran: {success.iloc[0]:.3f} semantic success."
+        return f"only {leader} ran: {success.iloc[0]:.3f} semantic success."
     runner = str(success.index[1])
     by_family = rows.pivot_table(index="case_family", columns="system", values="semantic_success", aggfunc="mean")
-    gaps = (by_family[leader] - by_family[runner]).sort_values(ascending=False, kind="stable")
+    gaps = (by_family[leader] - by_family[runner]).dropna().sort_values(ascending=False, kind="stable")
     ahead = [f"{family} ({gap:+.2f})" for family, gap in gaps.items() if gap > 0][:3]
     behind = [f"{family} ({gap:+.2f})" for family, gap in gaps.items() if gap < 0][-2:]
     why = f"ahead on {', '.join(ahead)}" if ahead else "on no family ahead"
     if behind:
         why += f", behind on {', '.join(behind)}"
     return (
-        f"Leads: {leader} with {success.iloc[0]:.3f} semantic success, {success.iloc[0] - success.iloc[1]:+.3f} over "
+        f"{leader} leads with {success.iloc[0]:.3f} semantic success, {success.iloc[0] - success.iloc[1]:+.3f} over "
         f"{runner} ({success.iloc[1]:.3f}); by family it is {why}."
     )
 
 
 def summary(episodes: pd.DataFrame) -> pd.DataFrame:
-    """The terminal overview: one row per system over every held-out episode it ran (the tables
-    keep families apart; this is the at-a-glance view)."""
+    """The terminal overview: one row per slice and system over every held-out episode it ran (the
+    tables keep families apart; this is the at-a-glance view)."""
     rows = with_system(episodes)
+    rows = rows.assign(slice=slices(rows))
     out = []
-    for system, group in rows.groupby("system", sort=True):
+    for (name, system), group in rows.groupby(["slice", "system"], sort=True):
         out.append(
             {
+                "slice": name,
                 "system": system,
                 "episodes": len(group),
                 "families": group["case_family"].nunique(),
@@ -167,7 +184,11 @@ def summary(episodes: pd.DataFrame) -> pd.DataFrame:
                 "unsafe_dispatch": int(group["unsafe_dispatch"].sum()),
             }
         )
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    if frame.empty:
+        return frame
+    order = frame["slice"].map(lambda name: (name != BUILT_IN, name))
+    return frame.iloc[sorted(range(len(frame)), key=lambda i: (order.iloc[i], frame["system"].iloc[i]))].reset_index(drop=True)
 
 
 def _scroll(table_html: str) -> str:
@@ -220,4 +241,4 @@ def _write_index(
     return path
 
 
-__all__ = ["EPISODES_FILE", "Report", "build_report", "discover", "standing", "summary"]
+__all__ = ["BUILT_IN", "EPISODES_FILE", "Report", "build_report", "discover", "slices", "standing", "summary"]

@@ -116,6 +116,19 @@ class HFPolicy:
         key = [self.sampling.seed, [(o.case.case_id, o.sample, len(o.state.history)) for o in observations]]
         return int(hashlib.sha256(canonical_json(key).encode()).hexdigest()[:8], 16)
 
+    def _encode(self, observations: Sequence[Observation]) -> tuple[Any, list[int], list[tuple[int, ...]]]:
+        """The batch's prompts, left-padded: the encoding, each prompt's token count and its ids."""
+        tok = self.tokenizer
+        prompts = [
+            render_prompt(render_messages(o.case, o.state, o.arm or self.arm, self.mode, self.feedback), tok)
+            for o in observations
+        ]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
+        width = enc["input_ids"].shape[1]
+        counts = enc["attention_mask"].sum(dim=1).tolist()
+        ids = [tuple(row[width - n :]) for row, n in zip(enc["input_ids"].tolist(), counts, strict=True)]
+        return enc, counts, ids
+
     def generate_batch(self, observations: Sequence[Observation]) -> list[Generation]:
         """One generation call for exactly these observations (a batch of :func:`plan_batches`)."""
         if self.sampling.shield_k > 0:
@@ -126,14 +139,8 @@ class HFPolicy:
         from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
         tok = self.tokenizer
-        prompts = [
-            render_prompt(render_messages(o.case, o.state, o.arm or self.arm, self.mode, self.feedback), tok)
-            for o in observations
-        ]
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
+        enc, prompt_tokens, prompt_ids = self._encode(observations)
         prompt_len = enc["input_ids"].shape[1]
-        prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
-        prompt_ids = [tuple(ids[prompt_len - n :]) for ids, n in zip(enc["input_ids"].tolist(), prompt_tokens, strict=True)]
 
         class _JsonStop(StoppingCriteria):
             def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
@@ -202,14 +209,7 @@ class HFPolicy:
         start = time.perf_counter()
         tok, s = self.tokenizer, self.sampling
         arms = [o.arm or self.arm for o in observations]
-        prompts = [
-            render_prompt(render_messages(o.case, o.state, a, self.mode, self.feedback), tok)
-            for o, a in zip(observations, arms, strict=True)
-        ]
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
-        prompt_len = enc["input_ids"].shape[1]
-        prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
-        prompt_ids = [tuple(ids[prompt_len - n :]) for ids, n in zip(enc["input_ids"].tolist(), prompt_tokens, strict=True)]
+        enc, prompt_tokens, prompt_ids = self._encode(observations)
         processors = None
         if self.constrained:
             from transformers import LogitsProcessorList

@@ -280,7 +280,12 @@ def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, pro
     if not (case_dir / "manifest.json").is_file():
         families = tuple(f for f in data.families if f in hosted)
         generate = GenerateConfig(
-            seed=data.seed, n=config.bfcl.cases, families=families, max_attempts=data.max_attempts, max_ops=data.max_ops, source=spec
+            seed=data.seed,
+            n=config.bfcl.cases,
+            families=families,
+            max_attempts=data.max_attempts,
+            max_ops=data.max_ops,
+            source=spec,
         )
         write_case_set(generate_cases(generate), case_dir, generate.to_dict())
     cases = read_public(case_dir)

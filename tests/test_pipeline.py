@@ -107,5 +107,5 @@ def test_a_bfcl_slice_that_cannot_be_had_is_skipped_with_its_reason(tmp_path: Pa
     reason = _evaluate_bfcl(config, None, tmp_path / "job" / "bfcl", progress=False)
     assert f"{bfcl_wheel.PIN.env} names {tmp_path / 'missing.whl'}, which is not a file" in reason
     assert not (tmp_path / "job" / "bfcl").exists()
-    with pytest.raises(ConfigError, match="bfcl.category: unknown BFCL category 'simpel'"):
+    with pytest.raises(ConfigError, match=re.escape("bfcl.category: unknown BFCL category 'simpel'")):
         load_main_job_config(overrides=["bfcl.category=simpel"])

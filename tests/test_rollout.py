@@ -229,10 +229,11 @@ def test_local_runner_digest_does_not_depend_on_worker_count(tmp_path: Path) -> 
 
 
 # The heuristic's ledgers over 39 cases (seed 3, two samples each), patch and whole-object arms.
-# A change here changes what every ledger records: bump it only with a change that means to.
+# A change here changes what every ledger records: bump it only with a change that means to (last:
+# 2026-12-05, every attempt and episode records the probes of a shielded decision, 0 for the heuristic).
 GOLDEN_DIGESTS = {
-    "contractrl": "797932061c069fbad08ae4f72650355acdab91cecdc70bda1e33620f4c4949a0",
-    "full_regen": "fe2c6e018ce071ade0ef715a820579b76271e8b2d98861f5664a43a84f3a50aa",
+    "contractrl": "d2ff2bc69b8afefc635e37f99077a55c157134da21f138628e360fdcc2763ca5",
+    "full_regen": "325e3afe2c6cc934f0ab46e00332857d1293fc9ca47104939fae70b0d3e62f13",
 }
 
 

@@ -446,7 +446,8 @@ def calibration(frame: pd.DataFrame, thresholds: Sequence[float] = DEFAULT_THRES
     risk: the failure rate on the covered episodes; fail_closed: the share of would-be wrong
     releases (accepted but semantically wrong) that the threshold withholds.
     """
-    rows = frame[frame["confidence"].notna()]
+    rows = _study(frame, "main")
+    rows = rows[rows["confidence"].notna()]
     out = []
     for key, group in rows.groupby(["case_family", "arm", "system"], sort=True):
         wrong = group["schema_valid"] & ~group["semantic_success"]
@@ -545,7 +546,8 @@ def paired(frame: pd.DataFrame, *, resamples: int = 2000, seed: int = 0) -> Tabl
 
 
 def scaling(frame: pd.DataFrame) -> Table:
-    rows = frame[frame["model"].fillna("") != ""]
+    rows = _study(frame, "main")
+    rows = rows[rows["model"].fillna("") != ""]
     metrics = [("semantic_success", "mean"), ("generated_tokens", "mean"), ("latency_s", "p95"), ("collateral", "mean")]
     return Table(
         "scaling",

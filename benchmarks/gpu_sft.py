@@ -40,7 +40,7 @@ SETS = {"first": "runs/exp_c300_noisy/cases/eval", "second": "runs/heldout2"}
 
 
 def _sha256(path: Path) -> str:
-    # contractrl.tasks.store.file_sha256's twin: `run` imports nothing from contractrl, whose
+    # contractrl.wheels.file_sha256's twin: `run` imports nothing from contractrl, whose
     # validators the device machine cannot install
     digest = hashlib.sha256()
     with path.open("rb") as handle:

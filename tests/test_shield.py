@@ -196,19 +196,20 @@ def test_prefix_shared_decoding_matches_plain_generation(tiny: tuple[Any, Any]) 
     prompts = [render_prompt(render_messages(o.case, o.state, "contractrl"), tok) for o in obs]
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     prefix = prefill(model, enc["input_ids"], enc["attention_mask"])
-    decoded = sample_answers(
-        model,
-        prefix,
-        3,
-        max_new_tokens=10,
-        temperature=1.0,
-        eos_id=tok.eos_token_id,
-        pad_id=tok.pad_token_id,
-        seed=1,
-        complete=lambda _: False,
-    )
-    for row, gen in enumerate(plain):
-        assert decoded[row][0].token_ids[: len(gen.token_ids)] == gen.token_ids
-        sampled = decoded[row][1]
-        ((_, per_token),) = score_texts(model, prefix, [(row, sampled.token_ids)])
-        assert per_token == pytest.approx(sampled.logprobs, abs=1e-3)
+    for temperature in (1.0, 0.7):  # GRPO compares new log-probs with these at its own temperature
+        decoded = sample_answers(
+            model,
+            prefix,
+            3,
+            max_new_tokens=10,
+            temperature=temperature,
+            eos_id=tok.eos_token_id,
+            pad_id=tok.pad_token_id,
+            seed=1,
+            complete=lambda _: False,
+        )
+        for row, gen in enumerate(plain):
+            assert decoded[row][0].token_ids[: len(gen.token_ids)] == gen.token_ids
+            sampled = decoded[row][1]
+            ((_, per_token),) = score_texts(model, prefix, [(row, sampled.token_ids)], temperature)
+            assert per_token == pytest.approx(sampled.logprobs, abs=1e-3)

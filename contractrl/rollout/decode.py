@@ -151,9 +151,12 @@ def sample_answers(
     return [answers[b * k : (b + 1) * k] for b in range(batch)]
 
 
-def score_texts(model: Any, prefix: Prefix, items: Sequence[tuple[int, Sequence[int]]]) -> list[tuple[float, tuple[float, ...]]]:
+def score_texts(
+    model: Any, prefix: Prefix, items: Sequence[tuple[int, Sequence[int]]], temperature: float = 1.0
+) -> list[tuple[float, tuple[float, ...]]]:
     """For each (prompt row, answer token ids): the summed log-probability of the tokens after that
-    prompt, and the per-token log-probabilities, by teacher forcing on the prompt's cache."""
+    prompt (at temperature 1: the score), and the per-token log-probabilities at ``temperature``
+    (what a policy-gradient update compares its new ones with), by teacher forcing on the cache."""
     import torch
 
     out: list[tuple[float, tuple[float, ...]]] = []
@@ -178,10 +181,15 @@ def score_texts(model: Any, prefix: Prefix, items: Sequence[tuple[int, Sequence[
             ).logits.float()
         # token j is predicted by the prompt's last position (j = 0) or the answer's position j - 1
         predicted = torch.cat([prefix.next_logits[rows][:, None, :], logits[:, :-1]], dim=1)
-        logprobs = torch.log_softmax(predicted, dim=-1).gather(-1, ids[:, :, None]).squeeze(-1)
+        plain = torch.log_softmax(predicted, dim=-1).gather(-1, ids[:, :, None]).squeeze(-1)
+        warm = (
+            plain
+            if temperature == 1.0
+            else torch.log_softmax(predicted / temperature, dim=-1).gather(-1, ids[:, :, None]).squeeze(-1)
+        )
         for i, (_, answer) in enumerate(chunk):
-            per_token = tuple(float(x) for x in logprobs[i, : len(answer)].tolist())
-            out.append((sum(per_token), per_token))
+            score = float(plain[i, : len(answer)].sum())
+            out.append((score, tuple(float(x) for x in warm[i, : len(answer)].tolist())))
     return out
 
 

@@ -237,7 +237,8 @@ class HFPolicy:
             )
             lists = [self._shield_candidates(o, a, d) for o, a, d in zip(observations, arms, decoded, strict=True)]
             wanted = [(row, c.token_ids) for row, listed in enumerate(lists) for c in listed if c.decoded is None]
-            scored = iter(score_texts(self.model, prefix, wanted))
+            temperature = s.temperature if s.do_sample and s.temperature > 0 else 1.0
+            scored = iter(score_texts(self.model, prefix, wanted, temperature))
         for listed in lists:
             for index, candidate in enumerate(listed):
                 if candidate.decoded is None:

@@ -446,3 +446,28 @@ def test_each_outcome_code_through_the_env() -> None:
         _, record = env.step(text)
         assert record.outcome == code, (code, record.message)
         assert (env.log.dispatched is not None) == (code == "accepted")
+
+
+def test_a_long_generation_round_keeps_saying_it_is_alive() -> None:
+    """The heartbeat refreshes the bar while the policy works and stops with the round."""
+    import time
+
+    from contractrl.rollout.runner import heartbeat
+
+    class Bar:
+        def __init__(self) -> None:
+            self.postfixes: list[str] = []
+
+        def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+            self.postfixes.append(text)
+
+    bar = Bar()
+    with heartbeat(bar, "decision 1: 3 episodes generating", every=0.05):
+        time.sleep(0.3)
+    beats = len(bar.postfixes)
+    assert bar.postfixes[0] == "decision 1: 3 episodes generating" and beats >= 3
+    assert all(p.startswith("decision 1: 3 episodes generating (") and p.endswith("s)") for p in bar.postfixes[1:])
+    time.sleep(0.15)
+    assert len(bar.postfixes) == beats  # the thread ended with the round
+    with heartbeat(None, "nothing to refresh"):
+        pass

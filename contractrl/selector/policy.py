@@ -99,7 +99,8 @@ class SelectorPolicy:
         batch = {key: np.stack([d.obs[key] for d in decisions]) for key in OBS_KEYS}
         chosen = greedy(self.scores(batch))
         share = (time.perf_counter() - start) / len(observations)
-        return [Generation(d.text(int(a)), gen_s=share) for d, a in zip(decisions, chosen, strict=True)]
+        # every candidate was probed on the public contract to build its features and mask
+        return [Generation(d.text(int(a)), gen_s=share, probes=len(d.probes)) for d, a in zip(decisions, chosen, strict=True)]
 
 
 __all__ = ["MODULE_DIR", "SELECTOR_FILE", "SelectorPolicy", "greedy", "save_selector", "selector_meta"]

@@ -269,7 +269,8 @@ def test_selector_rollouts_are_deterministic_and_judged_like_any_policy(trained:
     assert [r["attempts"] for r in one] == [r["attempts"] for r in three]
     assert all(step["generated_tokens"] == 0 for row in one for step in row["attempts"])
     # it consults the public contract on every candidate, and the ledger charges it for that
-    assert all(step["probes"] >= 2 for row in one for step in row["attempts"])
+    assert all(step["probes"] >= 1 for row in one for step in row["attempts"])  # ABSTAIN is always listed
+    assert any(step["probes"] >= 2 for row in one for step in row["attempts"])
     assert all(row["probes"] == sum(step["probes"] for step in row["attempts"]) for row in one)
 
     out = tmp_path / "rollout"

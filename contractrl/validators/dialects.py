@@ -28,8 +28,9 @@ be meant as a constraint, and ignoring it would let values through that its auth
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import lru_cache
+from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote
 
@@ -296,7 +297,7 @@ class _Normalizer:
         elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
             bound = "minimum" if key == "exclusiveMinimum" else "maximum"
             if value and bound in parent:
-                out[key] = parent[bound]
+                out[key] = exact_bound(parent[bound])
             self.notes.append(f"{here}: draft-04 boolean {key} rewritten")
         elif key in ("minimum", "maximum") and parent.get("exclusive" + key.capitalize()) is True:
             return  # folded into the exclusive bound above
@@ -313,6 +314,8 @@ class _Normalizer:
             self._dependent_required(value, here, out)
         elif key == "optional" and self.dialect == "bfcl":
             self.notes.append(f"{here}: BFCL 'optional' flag removed (required list is authoritative)")
+        elif key in _BOUND_KEYWORDS:
+            out[key] = exact_bound(value)
         elif key in _VALUE_KEYWORDS:
             out[key] = value
         elif key.startswith("x-"):
@@ -434,6 +437,24 @@ class _Normalizer:
             del out["default"]
 
 
+_BOUND_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_EXACT_FLOAT = 2.0**53  # from here on a double is an integer, but rarely the integer its text wrote
+
+
+def exact_bound(value: Any) -> Any:
+    """A numeric bound as the decimal it was written as, not as its nearest double.
+
+    ``1e25`` reads as the double 10000000000000000905969664, so ``exclusiveMaximum: 1e25`` let
+    the integer 10^25 through on both backends. A float that large is always integral: it
+    becomes the integer its shortest decimal text names, which both backends compare exactly.
+    The instance side stays as parsed: a float instance at such a bound is compared against the
+    exact integer, so the borderline double is refused, never accepted.
+    """
+    if isinstance(value, float) and math.isfinite(value) and abs(value) >= _EXACT_FLOAT:
+        return int(Decimal(repr(value)))
+    return value
+
+
 def _has_ref(node: Any) -> bool:
     """Whether a ``$ref`` key occurs anywhere under ``node`` (over-approximated: data counts too)."""
     stack = [node]
@@ -448,15 +469,12 @@ def _has_ref(node: Any) -> bool:
     return False
 
 
-@lru_cache(maxsize=4096)
 def _rs_compiles(pattern: str) -> bool:
-    import jsonschema_rs
+    """Whether jsonschema-rs compiles ``pattern``: asked of the compile guard, since a pattern can
+    cost the native compiler gigabytes (:mod:`.guard`)."""
+    from .guard import guard
 
-    try:
-        jsonschema_rs.validator_for({"pattern": pattern})
-    except (jsonschema_rs.ValidationError, ValueError):
-        return False
-    return True
+    return guard().compiles({"pattern": pattern})
 
 
 def _walk_schemas(root: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from typing import Any
 
 import regex
 
+from .budget import check_pattern
+
 WORD = "A-Za-z0-9_"
 _DIGIT = "0-9"
 _SPACE = "\\t\\n\\x0b\\f\\r \\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
@@ -397,8 +399,10 @@ def translate(pattern: str) -> tuple[str, str]:
     """(``regex``-module source with ECMA-262 semantics, portable ECMA source for jsonschema-rs).
 
     Raises :class:`EcmaSyntaxError` for anything that is not ECMA-262 or would be read
-    differently by the engines."""
+    differently by the engines, and :class:`~contractrl.errors.SchemaCompileError` for a pattern
+    over the size budget (:func:`.budget.check_pattern`)."""
     python, portable = _Translator(pattern).run()
+    check_pattern(pattern)  # before compiling: the reference engine expands counted repeats in memory
     try:
         regex.compile(python)
     except regex.error as exc:  # e.g. an unknown Unicode property name
@@ -439,7 +443,9 @@ def search_budget(seconds: float = SEARCH_BUDGET_S) -> Iterator[None]:
 def search(pattern: str, text: str) -> bool:
     """Whether ``pattern`` (ECMA-262) matches somewhere in ``text``, within the current budget."""
     deadline = _DEADLINE.get()
-    timeout = SEARCH_BUDGET_S if deadline is None else max(deadline - time.monotonic(), 0.001)
+    timeout = SEARCH_BUDGET_S if deadline is None else deadline - time.monotonic()
+    if timeout <= 0:  # the budget is for all searches together: many cheap ones must not outrun it
+        raise RegexTimeout(pattern)
     try:
         return _compiled(pattern).search(text, timeout=timeout) is not None
     except TimeoutError as exc:

@@ -8,6 +8,7 @@ verdicts could, and the conformance tests pin where they differ.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import OrderedDict
@@ -19,8 +20,10 @@ from urllib.parse import unquote
 import jsonschema_rs
 
 from ..errors import SchemaCompileError
+from .budget import DEFAULT_BUDGET, Budget, schema_cost, verification_work
 from .codes import Code
 from .dialects import NormalizedSchema, SchemaLimits, normalize_schema
+from .guard import guard
 from .jsonvalue import canonical_json, json_type_name
 from .pointer import format_pointer, parse_pointer, resolve
 from .report import VerifierError, truncate_actual
@@ -117,9 +120,10 @@ class PythonBackend:
     def __init__(self, schema: dict[str, Any] | bool) -> None:
         import jsonschema
 
-        from .python_reference import format_checker, multiple_of
+        from .python_reference import format_checker, multiple_of, unique_items
 
-        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": multiple_of})
+        keywords = {"multipleOf": multiple_of, "uniqueItems": unique_items}
+        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, keywords)
         try:
             cls.check_schema(schema, format_checker=format_checker())  # patterns are ECMA-262, not Python re
         except jsonschema.SchemaError as exc:
@@ -207,12 +211,27 @@ _BOUND_TEXT = {
 }
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _short(value: Any, limit: int = 120) -> str:
+    """:func:`canonical_json` of ``value`` cut to ``limit`` characters, encoding no more than it keeps.
+
+    A schema value quoted in a report (an enum of thousands of members) is encoded lazily and
+    the encoding stops once the cut is known, so 20,000 errors never encode the enum 20,000 times.
+    """
+    pieces: list[str] = []
+    size = 0
     try:
-        text = canonical_json(value)
+        for piece in _ENCODER.iterencode(value):
+            pieces.append(piece)
+            size += len(piece)
+            if size > limit:
+                return "".join(pieces)[:limit] + "..."
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+        return text if len(text) <= limit else text[:limit] + "..."
+    return "".join(pieces)
 
 
 def _expected(keyword: str, value: Any) -> str:
@@ -299,13 +318,21 @@ def _has_lossy_key(instance: Any) -> bool:
 
 
 class CompiledSchema:
-    """A normalised schema compiled for one backend; compile through :func:`compile_schema`."""
+    """A normalised schema compiled for one backend; compile through :func:`compile_schema`.
 
-    def __init__(self, normalized: NormalizedSchema, backend: BackendName) -> None:
+    Its cost is bounded before either backend sees it (:mod:`.budget`), and every verification
+    is bounded before it runs: an instance whose checks would pass ``budget.max_work`` is invalid
+    with one ``too_large`` error, on both backends alike.
+    """
+
+    def __init__(self, normalized: NormalizedSchema, backend: BackendName, budget: Budget = DEFAULT_BUDGET) -> None:
         if backend not in BACKENDS:
             raise SchemaCompileError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.normalized = normalized
         self.backend_name = backend
+        self.budget = budget
+        self.cost = schema_cost(normalized.schema, budget)
+        guard().compiles(normalized.schema)  # a blow-up past the static bounds kills the guard, not us
         self._backend: Backend = RsBackend(normalized.schema) if backend == "rs" else PythonBackend(normalized.schema)
         self._python: Backend | None = None
 
@@ -318,21 +345,29 @@ class CompiledSchema:
         return self.normalized.schema
 
     def is_valid(self, instance: Any) -> bool:
-        return self._backend.is_valid(instance)
+        return self._work(instance) <= self.budget.max_work and self._backend.is_valid(instance)
 
     def errors(self, instance: Any) -> list[VerifierError]:
         """Every schema error of ``instance`` (empty when valid), unsorted."""
-        return [] if self._backend.is_valid(instance) else self.errors_of_invalid(instance)
+        return [] if self.is_valid(instance) else self.errors_of_invalid(instance)
 
     def errors_of_invalid(self, instance: Any) -> list[VerifierError]:
         """The errors of an instance already known to be invalid (skips a second verdict)."""
+        work = self._work(instance)
+        if work > self.budget.max_work:
+            message = f"too_large: verifying this object would take over {self.budget.max_work} checks against this schema"
+            return [VerifierError(Code.TOO_LARGE, "", f"at most {self.budget.max_work} checks", f"{work} checks", message)]
         backend = self._backend
-        if backend.name == "rs" and _has_lossy_key(instance):
+        if backend.name == "rs" and (self.cost.large_enum or _has_lossy_key(instance)):
+            # the rs binding copies the whole enum into every error it reports; the reference does not
             backend = self._reference()
         out: list[VerifierError] = []
         for raw in backend.raw_errors(instance):
             out.extend(to_verifier_errors(instance, raw))
         return out
+
+    def _work(self, instance: Any) -> int:
+        return verification_work(self.cost, instance, self.budget)
 
     def _reference(self) -> Backend:
         """The python backend, built on first need, for reports the rs binding cannot locate."""
@@ -342,11 +377,18 @@ class CompiledSchema:
 
 
 class _SchemaCache:
-    """A bounded LRU of compiled schemas keyed by (source hash, dialect, lenient, backend)."""
+    """An LRU of compiled schemas keyed by (source text, dialect, lenient, backend), bounded twice.
 
-    def __init__(self, capacity: int = 4096) -> None:
+    By count and by bytes: a few thousand 2 MB schemas would otherwise stay resident. A schema's
+    bytes are its canonical source text plus its normalised text (what the key and the compiled
+    form hold in proportion to); the cache evicts the least recently used until both bounds hold.
+    """
+
+    def __init__(self, capacity: int = 4096, capacity_bytes: int = 256 * 2**20) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[tuple[str, str | None, bool, str], CompiledSchema] = OrderedDict()
+        self.capacity_bytes = capacity_bytes
+        self.bytes = 0
+        self._items: OrderedDict[tuple[str, str | None, bool, str], tuple[CompiledSchema, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get_or_compile(
@@ -361,12 +403,17 @@ class _SchemaCache:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
-                return hit
-        compiled = CompiledSchema(normalize_schema(schema, dialect=dialect, lenient=lenient, limits=limits), backend)
+                return hit[0]
+        normalized = normalize_schema(schema, dialect=dialect, lenient=lenient, limits=limits)
+        compiled = CompiledSchema(normalized, backend)
+        size = len(source_key) + len(canonical_json(normalized.schema))
         with self._lock:
-            self._items[key] = compiled
-            if len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            if key not in self._items:
+                self._items[key] = (compiled, size)
+                self.bytes += size
+            while self._items and (len(self._items) > self.capacity or self.bytes > self.capacity_bytes):
+                _, (_, evicted) = self._items.popitem(last=False)
+                self.bytes -= evicted
         return compiled
 
 

@@ -1,0 +1,104 @@
+"""Resource bombs: small schemas and instances that cost a validator far more than their size.
+
+Each generator returns a :class:`Bomb` (a schema and an instance to verify against it). The suite
+runs a handful of them by name; ``benchmarks/fuzz_contract.py --bombs`` runs generated ones over
+many seeds and checks that every one ends as a typed refusal or a verdict, within the documented
+budget and memory cap (docs/contract.md, "Budgets").
+
+The kinds are the ones a hostile schema author can reach with a few hundred bytes:
+
+- ``fanout``: ``$defs`` levels, each ``anyOf`` two references to the next (2^depth paths);
+- ``repeat``: counted repeats nested in a pattern (``(?:a{65535}){65535}``);
+- ``regex_size``: a pattern whose compiled program is large (Unicode classes under counts);
+- ``searches``: many ``patternProperties`` against an object with many keys;
+- ``enum_report``: a large enum of objects against many failing items (reports quote the enum);
+- ``unique``: ``uniqueItems`` over many distinct objects;
+- ``float_bound``: an integer bound written as a float beyond 2^53 (a correctness probe, with
+  :func:`exact_bound_holds` as its reference, which reads the bound's decimal text exactly).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+KINDS = ("fanout", "repeat", "regex_size", "searches", "enum_report", "unique", "float_bound")
+
+
+@dataclass(frozen=True)
+class Bomb:
+    kind: str
+    schema: Any
+    instance: Any
+
+
+def fanout(depth: int, width: int = 2) -> Bomb:
+    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"} for _ in range(width)]} for i in range(depth)}
+    defs[f"d{depth}"] = {"type": "string", "minLength": 3}
+    return Bomb("fanout", {"$defs": defs, "$ref": "#/$defs/d0"}, "ab")
+
+
+def repeat(inner: int, outer: int) -> Bomb:
+    return Bomb("repeat", {"type": "string", "pattern": f"^(?:a{{{inner}}}){{{outer}}}$"}, "a")
+
+
+def regex_size(count: int, classes: int = 3) -> Bomb:
+    parts = "|".join(rf"\p{{{name}}}{{{count}}}" for name in ("L", "N", "P", "S", "Lu", "Ll")[:classes])
+    return Bomb("regex_size", {"type": "string", "pattern": f"^(?:{parts})+$"}, "a")
+
+
+def searches(patterns: int, keys: int) -> Bomb:
+    schema = {
+        "type": "object",
+        "patternProperties": {f"^k{i}x$": {"type": "integer"} for i in range(patterns)},
+        "additionalProperties": {"type": "integer"},
+    }
+    instance = {f"key{i}": i for i in range(keys)}
+    instance[""] = "not an integer"  # an empty key routes rs reports through the python backend
+    return Bomb("searches", schema, instance)
+
+
+def enum_report(members: int, items: int) -> Bomb:
+    enum = [{"member": i, "padding": "x" * 20} for i in range(members)]
+    return Bomb("enum_report", {"type": "array", "items": {"enum": enum}}, [{"member": -1}] * items)
+
+
+def unique(items: int) -> Bomb:
+    return Bomb("unique", {"type": "array", "uniqueItems": True}, [{"i": i} for i in range(items)])
+
+
+def float_bound(exponent: int, keyword: str, offset: int) -> Bomb:
+    return Bomb("float_bound", {"type": "integer", keyword: float(f"1e{exponent}")}, 10**exponent + offset)
+
+
+def exact_bound_holds(keyword: str, bound_text: str, value: int) -> bool:
+    """The bound as its decimal text means it, compared exactly (the reference for ``float_bound``)."""
+    bound = Decimal(bound_text)
+    return {
+        "maximum": value <= bound,
+        "minimum": value >= bound,
+        "exclusiveMaximum": value < bound,
+        "exclusiveMinimum": value > bound,
+    }[keyword]
+
+
+def generate_bomb(seed: int) -> Bomb:
+    """One bomb of a kind and size drawn from ``seed``, from harmless to far past every budget."""
+    rng = random.Random(seed)
+    kind = KINDS[seed % len(KINDS)]
+    if kind == "fanout":
+        return fanout(rng.randint(2, 30), rng.randint(2, 4))
+    if kind == "repeat":
+        return repeat(rng.choice([1, 10, 1000, 65535, 10**9]), rng.choice([1, 10, 1000, 65535]))
+    if kind == "regex_size":
+        return regex_size(rng.choice([1, 10, 100, 1000, 5000]), rng.randint(1, 6))
+    if kind == "searches":
+        return searches(rng.choice([1, 10, 100, 1000]), rng.choice([1, 100, 10_000]))
+    if kind == "enum_report":
+        return enum_report(rng.choice([1, 100, 3000]), rng.choice([1, 100, 20_000]))
+    if kind == "unique":
+        return unique(rng.choice([1, 100, 10_000, 60_000]))
+    keyword = rng.choice(["maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum"])
+    return float_bound(rng.randint(15, 300), keyword, rng.choice([-1, 0, 1]))

@@ -51,12 +51,18 @@ WALL_S: Final = 120.0  # backstop for a child that stalls without spending CPU (
 
 # Sets the limits in the child itself, then becomes the engine (exec keeps them): one way for a
 # Python child and for node alike. A core dump of a child killed at its limit is not wanted.
+# A limit the parent already has lower (a CI ulimit) is kept: a hard limit can only go down.
 _LIMITS_SHIM = r"""
 import os, resource, sys
+def lower(kind, soft, hard):
+    _, now = resource.getrlimit(kind)
+    if now != resource.RLIM_INFINITY:
+        soft, hard = min(soft, now), min(hard, now)
+    resource.setrlimit(kind, (soft, hard))
 memory, cpu = int(sys.argv[1]), int(sys.argv[2])
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the soft limit, SIGKILL a second later
+lower(resource.RLIMIT_CORE, 0, 0)
+lower(resource.RLIMIT_AS, memory, memory)
+lower(resource.RLIMIT_CPU, cpu, cpu + 1)  # SIGXCPU at the soft limit, SIGKILL a second later
 os.execvp(sys.argv[3], sys.argv[3:])
 """
 

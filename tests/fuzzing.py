@@ -7,7 +7,7 @@ every way it can go wrong, judged by references that share no code with the veri
 
 - ``uncaught``: anything but a typed outcome (a schema or contract may be refused at build time
   with :class:`ContractRLError`; nothing else may raise);
-- ``hang``: a transition slower than :data:`TIME_BOUND_S`;
+- ``hang``: a transition that takes more than :data:`TIME_BOUND_S` of CPU time;
 - ``schema``: an accepted object python-jsonschema (Draft 2020-12) rejects, with ECMA-262 patterns
   (``regress``), exact-decimal ``multipleOf`` and, for a mixed-dialect schema, draft-07
   ``dependencies`` read as draft 7 defines them;
@@ -15,6 +15,14 @@ every way it can go wrong, judged by references that share no code with the veri
   language) rejects;
 - ``immutable``: an accepted object whose immutable paths differ in type or value from the candidate's;
 - ``bounds``: an accepted object whose canonical text the strict parser refuses under the same limits.
+
+The schema and contract references run in one persistent child process under address-space and
+CPU limits (:class:`tests.ecma_reference.BoundedChild`): ``regress`` once asked for 24 GB inside the
+test run, and a reference must never be what kills it. A child that dies on a case is an
+inconclusive judgement (counted in ``outcomes["reference_inconclusive"]``), not a finding.
+
+``hang`` is measured in CPU time (:func:`time.process_time`), so a loaded machine does not report
+one; ``slowest_s`` stays wall time, the figure ``benchmarks/fuzz_contract.py`` reports.
 
 ``tests/test_fuzz.py`` runs it under hypothesis and replays ``tests/fixtures/hostile_corpus.json``;
 ``benchmarks/fuzz_contract.py`` runs it for 100,000 seeds.
@@ -25,12 +33,16 @@ from __future__ import annotations
 import functools
 import json
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
+
+from .ecma_reference import INCONCLUSIVE, BoundedChild
 
 TIME_BOUND_S = 5.0
 BACKENDS = ("rs", "python")
@@ -91,7 +103,8 @@ class Report:
     refused_schemas: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     findings: list[dict[str, Any]] = field(default_factory=list)
-    slowest_s: float = 0.0
+    slowest_s: float = 0.0  # wall time of the slowest transition
+    slowest_cpu_s: float = 0.0  # CPU time of the most expensive one (what ``hang`` is judged on)
 
 
 # --- generation ------------------------------------------------------------------------------
@@ -361,10 +374,60 @@ def _reference_date_time(value: Any) -> bool:
     return moment is not _ABSENT and moment[0] % 86400 == 86399
 
 
-def reference_schema_accepts(schema: Any, dialect: str, instance: Any) -> bool:
+def _schema_accepts_here(schema: Any, dialect: str, instance: Any) -> bool:
     """Draft 2020-12 (for a mixed schema: with draft-07 ``dependencies``; ``#/definitions/...``
-    references resolve as JSON Pointers either way)."""
-    return _reference_validator(schema, dialect).is_valid(instance)
+    references resolve as JSON Pointers either way), in this process: the bounded child's side."""
+    return bool(_reference_validator(schema, dialect).is_valid(instance))
+
+
+class ReferenceInconclusive(Exception):
+    """The reference child died (a resource limit) or stalled: it could not judge this case."""
+
+
+class ReferenceFailed(Exception):
+    """The reference raised while judging (in the child); the message names the exception."""
+
+
+# The child imports this module and answers [name, args] with {"value": ...} or {"error": ...}.
+_REFERENCE_CHILD = r"""
+import json, resource, sys
+sys.path.insert(0, sys.argv[1])
+from tests import fuzzing
+for line in sys.stdin:
+    name, args = json.loads(line)
+    try:
+        answer = {"value": fuzzing.REFERENCES_HERE[name](*args)}
+    except Exception as exc:  # the parent raises it as ReferenceFailed
+        answer = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stdout.write(json.dumps([answer, used.ru_utime + used.ru_stime]) + "\n")
+    sys.stdout.flush()
+"""
+
+
+@functools.cache
+def _reference_child() -> BoundedChild:
+    import atexit
+
+    root = str(Path(__file__).resolve().parents[1])
+    child = BoundedChild([sys.executable, "-c", _REFERENCE_CHILD, root], cpu_s=10.0, cwd=root)
+    atexit.register(child.close)
+    return child
+
+
+def _ask(name: str, *args: Any) -> bool:
+    answer = _reference_child().call([name, list(args)])
+    if answer == INCONCLUSIVE:
+        raise ReferenceInconclusive(f"the {name} reference died or stalled")
+    if "error" in answer:
+        raise ReferenceFailed(answer["error"])
+    return bool(answer["value"])
+
+
+def reference_schema_accepts(schema: Any, dialect: str, instance: Any) -> bool:
+    """Whether python-jsonschema (see :func:`_schema_accepts_here`) accepts ``instance``, judged in
+    the bounded child; raises :class:`ReferenceInconclusive` when the child could not judge."""
+    return _ask("schema", schema, dialect, instance)
 
 
 _ABSENT = object()
@@ -444,6 +507,12 @@ def _operand(value: Any, as_: str) -> Any:
 
 
 def reference_contract(contract: dict[str, Any], obj: Any) -> bool:
+    """Whether ``obj`` satisfies every rule (:func:`_contract_holds_here`), judged in the bounded child;
+    raises :class:`ReferenceInconclusive` when the child could not judge."""
+    return _ask("contract", contract, obj)
+
+
+def _contract_holds_here(contract: dict[str, Any], obj: Any) -> bool:
     """Whether ``obj`` satisfies every rule, read independently of :mod:`contractrl.validators.contracts`."""
     for rule in contract["rules"]:
         kind = rule["kind"]
@@ -497,6 +566,9 @@ def reference_contract(contract: dict[str, Any], obj: Any) -> bool:
     return True
 
 
+REFERENCES_HERE = {"schema": _schema_accepts_here, "contract": _contract_holds_here}  # what the child runs
+
+
 # --- the check -------------------------------------------------------------------------------
 
 
@@ -525,18 +597,19 @@ def check(case: Case, report: Report | None = None) -> Report:
             finding("uncaught", backend, f"build: {type(exc).__name__}: {exc}")
             continue
         for how, text in (("patch", case.text), ("whole", case.whole)):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             try:
                 result = env.step(state, text) if how == "patch" else env.step_object(state, text)
             except Exception as exc:  # every escape is a finding
                 finding("uncaught", backend, f"{how}: {type(exc).__name__}: {exc}")
                 continue
-            elapsed = time.perf_counter() - start
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
             report.transitions += 1
             report.slowest_s = max(report.slowest_s, elapsed)
+            report.slowest_cpu_s = max(report.slowest_cpu_s, cpu)
             report.outcomes[result.outcome.value] = report.outcomes.get(result.outcome.value, 0) + 1
-            if elapsed > TIME_BOUND_S:
-                finding("hang", backend, f"{how} took {elapsed:.1f} s")
+            if cpu > TIME_BOUND_S:  # CPU time: waiting for a core on a loaded machine is no hang
+                finding("hang", backend, f"{how} took {cpu:.1f} s of CPU ({elapsed:.1f} s wall)")
             accepted = result.accepted_object
             if accepted is None:
                 continue
@@ -544,15 +617,18 @@ def check(case: Case, report: Report | None = None) -> Report:
             try:
                 if not reference_schema_accepts(case.schema, case.dialect, accepted):
                     finding("schema", backend, f"{how}: {canonical_json(accepted)[:300]}")
-            except Exception as exc:  # a reference that cannot judge (e.g. a $ref it cannot resolve)
+            except ReferenceInconclusive:  # the child died at a limit: no verdict, no finding
+                report.outcomes["reference_inconclusive"] = report.outcomes.get("reference_inconclusive", 0) + 1
+            except ReferenceFailed:  # a reference that cannot judge (e.g. a $ref it cannot resolve)
                 report.outcomes["reference_error"] = report.outcomes.get("reference_error", 0) + 1
-                _ = exc
             try:
                 if not reference_contract(case.contract, accepted):
                     finding("contract", backend, f"{how}: {canonical_json(accepted)[:300]}")
-            except Exception as exc:  # a reference that cannot judge is counted, never a crash of the run
+            except ReferenceInconclusive:
+                report.outcomes["reference_inconclusive"] = report.outcomes.get("reference_inconclusive", 0) + 1
+            except ReferenceFailed as exc:  # a reference that cannot judge is counted, never a crash of the run
                 report.outcomes["reference_error"] = report.outcomes.get("reference_error", 0) + 1
-                finding("reference", backend, f"{how}: contract reference failed: {type(exc).__name__}: {exc}")
+                finding("reference", backend, f"{how}: contract reference failed: {exc}")
             for pointer in case.immutable:
                 before, after = _at(case.candidate, pointer), _at(accepted, pointer)
                 if (before is _ABSENT) != (after is _ABSENT) or (

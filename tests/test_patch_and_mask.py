@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -10,10 +11,14 @@ import pytest
 
 from contractrl.validators import (
     AbstainAction,
+    Budgets,
     Code,
     InvalidAction,
     PatchAction,
+    PublicState,
     RefusalAction,
+    RepairContract,
+    Verifier,
     apply_patch,
     changed_leaves,
     collateral_edits,
@@ -50,7 +55,7 @@ def _mask_and_apply(ops: list[dict]) -> tuple[Code | None, Any]:
         violation = static_violation(op, i, immutable)
         if violation:
             return violation.code, None
-    result = apply_patch(DOC, action.ops)
+    result = apply_patch(DOC, action.ops, immutable=immutable)  # as RepairContract.step passes them
     return (None, result.document) if result.ok else (result.code, None)
 
 
@@ -153,6 +158,61 @@ def test_allowed_edits_next_to_immutable_paths() -> None:
         code, patched = _mask_and_apply(ops)
         assert code is None, ops
         assert patched["id"] == "u1"
+
+
+APPEND_DOC: dict[str, Any] = {"a": [0], "b": [{"x": 1}], "c": [7, 8], "d": []}
+# /a/1, /b/1/x, /d/0 and /d/1 are immutable and absent: the next append to a, b or d would create one
+APPEND_IMMUTABLE = ("/a/1", "/b/1/x", "/d/1")
+
+
+def _append_env() -> tuple[RepairContract, PublicState]:
+    env = RepairContract(Verifier.build({"type": "object"}), Budgets(max_attempts=3, max_ops=3), APPEND_IMMUTABLE)
+    # the schema accepts any object, so reopen the terminal initial state to let patches apply
+    return env, dataclasses.replace(env.initial_state(APPEND_DOC), done=False, outcome=None)
+
+
+def test_append_that_creates_an_absent_immutable_path_is_refused() -> None:
+    """Issue 49 section 3: ``add /a/-`` creates ``/a/1`` just as ``add /a/1`` does, and the
+    whole-object arm refuses the object both would make; the patch arm once admitted the ``-`` form."""
+    env, state = _append_env()
+    appended = env.step(state, json.dumps([{"op": "add", "path": "/a/-", "value": 1}]))
+    indexed = env.step(state, json.dumps([{"op": "add", "path": "/a/1", "value": 1}]))
+    whole = env.step_object(state, json.dumps({**APPEND_DOC, "a": [0, 1]}))
+    assert appended.outcome is indexed.outcome is whole.outcome is Code.PATH_IMMUTABLE
+    assert appended.patched is None and appended.state.candidate is state.candidate
+    assert appended.record.pointer == "/a/-" and "/a/1" in appended.record.message
+
+
+@pytest.mark.parametrize(
+    ("ops", "op_index"),
+    [
+        ([{"op": "add", "path": "/b/-", "value": {"x": 2}}], 0),  # immutable /b/1/x lies under the new element
+        ([{"op": "add", "path": "/b/-", "value": {}}], 0),  # even one that does not hold it yet
+        ([{"op": "copy", "from": "/c", "path": "/a/-"}], 0),
+        ([{"op": "move", "from": "/c/0", "path": "/a/-"}], 0),
+        ([{"op": "add", "path": "/d/-", "value": 1}, {"op": "add", "path": "/d/-", "value": 2}], 1),  # /d/0, then /d/1
+        ([{"op": "test", "path": "/c/0", "value": 7}, {"op": "copy", "from": "/a/0", "path": "/a/-"}], 1),
+    ],
+)
+def test_every_append_that_resolves_to_an_immutable_path_is_refused(ops: list[dict], op_index: int) -> None:
+    env, state = _append_env()
+    result = env.step(state, json.dumps(ops))
+    assert result.outcome is Code.PATH_IMMUTABLE, result.record.message
+    assert result.patched is None and result.record.message.startswith(f"operation {op_index} ")
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [{"op": "add", "path": "/c/-", "value": 9}],  # /c holds no immutable path
+        [{"op": "add", "path": "/d/-", "value": 1}],  # creates /d/0; /d/1 is still absent
+        [{"op": "add", "path": "/b/0/y", "value": 1}],  # beside the element that will hold /b/1/x
+    ],
+)
+def test_appends_that_create_no_immutable_path_are_admitted(ops: list[dict]) -> None:
+    env, state = _append_env()
+    result = env.step(state, json.dumps(ops))
+    assert result.outcome is Code.ACCEPTED, result.record.message
 
 
 def test_apply_semantics_match_rfc6902() -> None:

@@ -56,6 +56,10 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("models"))
 
 
+# Every test that takes ``warm_model`` is marked slow: it trains with a DeepSpeed engine, and the
+# first of them to run also pays for the warm-up (~150 s on 2 cores; the resume test took ~287 s,
+# the in-process SFT+GRPO one ~249 s). Leaving one unmarked would move that warm-up into the fast
+# subset, not remove it.
 @pytest.fixture(scope="module")
 def warm_model(tmp_path_factory: pytest.TempPathFactory, model_cache: str) -> str:
     """The tiny preset after 40 full fine-tuning SFT steps on 12 cases. A freshly initialised model
@@ -77,6 +81,7 @@ def _metrics(out: Path) -> list[dict[str, Any]]:
     return pq.read_table(out / "metrics.parquet").to_pylist()
 
 
+@pytest.mark.slow
 def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     out = tmp_path / "run"
     # kl_coef > 0: the reference log-probs come from the same model with the LoRA adapter switched off.
@@ -132,6 +137,7 @@ def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_c
     assert list((out / "wandb").rglob("run-*.wandb")), "no offline W&B run file"
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     common = [*IN_PROCESS, "wandb.mode=disabled", f"model.name={warm_model}"]
     straight = train(_config(tmp_path / "a", model_cache, *common), progress=False)
@@ -163,6 +169,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, mode
         train(_config(tmp_path / "b", model_cache, *common, "resume=true", "grpo.steps=4"))
 
 
+@pytest.mark.slow
 def test_grpo_draws_its_cases_from_grpo_families_only(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     """SFT sees every family; GRPO's rollouts come only from ``grpo.families`` (here two of the twelve
     training cases, so drawing from all twelve would almost surely show another family)."""
@@ -176,6 +183,7 @@ def test_grpo_draws_its_cases_from_grpo_families_only(tmp_path: Path, model_cach
         train(_config(tmp_path / "none", model_cache, *none))
 
 
+@pytest.mark.slow
 def test_grpo_family_weights_tilt_every_batch(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     """A family weighted 1000 to 1 is in each step's batch of 2 (of 12 cases). Unweighted, the
     seeded epochs show a case at most once in the first 6 draws, so in at most one of the 3 steps."""
@@ -186,6 +194,7 @@ def test_grpo_family_weights_tilt_every_batch(tmp_path: Path, model_cache: str, 
     assert len(steps) == 3 and all("wrong_type" in families for families in steps)
 
 
+@pytest.mark.slow
 def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     """``grpo.contrast_unrepairable``: of 13 training cases one is unrepairable; GRPO draws from it
     and a wrong_type case, so every step holds it, its contrast's group right after its own, and the

@@ -4,7 +4,8 @@ The input document is never mutated: each operation copies only the containers o
 first time they are touched), so a failed patch leaves the input exactly as it was and a successful
 one shares every untouched subtree with it. Values from the patch are deep-copied on insertion so
 the patched object never aliases the patch. The dynamic half of the action mask lives here, since
-whether a path exists depends on the operations before it.
+whether a path exists depends on the operations before it; so does the immutable check of an
+appended element, since the index ``-`` creates depends on them too (``immutable``).
 
 Every intermediate document stays within the parser's limits (:class:`ParseLimits`): the op
 budget bounds the number of operations, not their cost, and forty ``copy`` operations of a value
@@ -26,8 +27,9 @@ from typing import Any
 
 from .codes import Code
 from .jsonvalue import deep_copy, json_equal
+from .mask import touches_immutable
 from .patch import PatchOp
-from .pointer import Tokens, array_index, resolve
+from .pointer import Tokens, array_index, format_pointer, resolve
 from .strict_json import DEFAULT_LIMITS, ParseLimits
 
 _ABSENT = object()
@@ -103,8 +105,9 @@ def _framing(key: str | None, siblings: int) -> int:
 
 
 class _CowDocument:
-    def __init__(self, document: Any, limits: ParseLimits) -> None:
+    def __init__(self, document: Any, limits: ParseLimits, immutable: tuple[Tokens, ...] = ()) -> None:
         self.root = document
+        self.immutable = immutable
         self._owned: set[int] = set()
         self._keep: list[Any] = []  # owned containers stay alive so their ids are never reused
         self.touched: list[Tokens] = []
@@ -169,9 +172,16 @@ class _CowDocument:
         index = array_index(last, len(parent), allow_end=True)
         if index is None:
             raise _Failure(Code.PATH_UNAVAILABLE, f"array index {last!r} is out of range at {ptr!r}", ptr)
+        created = (*tokens[:-1], str(index))
+        frozen = touches_immutable(created, self.immutable) if last == "-" else None
+        if frozen is not None:  # the static mask saw only the literal '-'; the element it appends may be immutable
+            where = format_pointer(created)
+            raise _Failure(
+                Code.PATH_IMMUTABLE, f"{ptr!r} appends at {where!r}, which would change immutable {format_pointer(frozen)!r}", ptr
+            )
         self.grow(tokens, value, ptr, framing=_framing(None, len(parent)))
         parent.insert(index, deep_copy(value) if copy else value)
-        self.touched.append((*tokens[:-1], str(index)))
+        self.touched.append(created)
 
     def remove(self, tokens: Tokens, ptr: str) -> Any:
         parent = self.container(tokens[:-1], ptr)
@@ -209,10 +219,17 @@ class _CowDocument:
         return resolve(self.root, tokens, _ABSENT)
 
 
-def apply_patch(document: Any, ops: tuple[PatchOp, ...], limits: ParseLimits = DEFAULT_LIMITS) -> ApplyResult:
+def apply_patch(
+    document: Any, ops: tuple[PatchOp, ...], limits: ParseLimits = DEFAULT_LIMITS, immutable: tuple[Tokens, ...] = ()
+) -> ApplyResult:
     """Apply all of ``ops`` to a copy of ``document``, or none of them; no intermediate document
-    exceeds ``limits`` (the parser's size and depth bounds)."""
-    doc = _CowDocument(document, limits)
+    exceeds ``limits`` (the parser's size and depth bounds).
+
+    ``immutable`` are the contract's immutable paths: an append (``-``) that would create one, or
+    an ancestor of one, fails with ``path_immutable``. Every other immutable rule needs no document
+    and is :func:`~contractrl.validators.mask.static_violation`'s, which the caller runs first.
+    """
+    doc = _CowDocument(document, limits, immutable)
     for index, op in enumerate(ops):
         try:
             _apply_one(doc, op)

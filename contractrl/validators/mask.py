@@ -5,6 +5,12 @@ three directions: writing at or under an immutable path, writing an ancestor of 
 replace it wholesale), and inserting into or removing from an array that holds one (which would
 shift it to another index). Moving away from an immutable path is forbidden too; copying from one
 only reads it and is allowed.
+
+A path ending in ``-`` names no index until it is applied: ``add /a/-`` creates ``/a/<len(a)>``,
+which may be immutable (an identity field the candidate lacks, or one under the element the add
+creates). This module cannot see the document, so :func:`static_violation` checks ``-`` only as a
+literal token and ``apply_patch`` checks the index it resolves to with :func:`touches_immutable`
+(as ``add /a/1`` and the whole-object arm's comparison would refuse the same change).
 """
 
 from __future__ import annotations
@@ -24,7 +30,11 @@ class MaskViolation:
     pointer: str
 
 
-def _touches_immutable(target: Tokens, immutable: tuple[Tokens, ...]) -> Tokens | None:
+def touches_immutable(target: Tokens, immutable: tuple[Tokens, ...]) -> Tokens | None:
+    """The immutable path that writing ``target`` would change (it is at, under or above it), or None.
+
+    Public so that ``apply_patch`` can check the index a ``-`` resolves to with the same rule.
+    """
     for frozen in immutable:
         if is_prefix(frozen, target) or is_prefix(target, frozen):
             return frozen
@@ -62,11 +72,11 @@ def static_violation(op: PatchOp, index: int, immutable: tuple[Tokens, ...]) -> 
             return MaskViolation(
                 Code.MOVE_SOURCE_INVALID, f"operation {index} moves {op.from_!r} into its own child {op.path!r}", index, op.path
             )
-        frozen = _touches_immutable(op.from_tokens, immutable) or _shifts_immutable(op.from_tokens, immutable)
+        frozen = touches_immutable(op.from_tokens, immutable) or _shifts_immutable(op.from_tokens, immutable)
         if frozen is not None:
             return MaskViolation(Code.PATH_IMMUTABLE, f"operation {index} moves away an immutable value", index, op.from_ or "")
     if writes_path:
-        frozen = _touches_immutable(op.path_tokens, immutable)
+        frozen = touches_immutable(op.path_tokens, immutable)
         if frozen is None and op.op in ("add", "remove", "move", "copy"):
             frozen = _shifts_immutable(op.path_tokens, immutable)
         if frozen is not None:

@@ -223,7 +223,7 @@ class RepairContract:
                 return self._reject(
                     state, attempt, action.raw, violation.code, violation.pointer, violation.message, ops_dicts, start
                 )
-        applied = apply_patch(state.candidate, action.ops, self.verifier.limits)
+        applied = apply_patch(state.candidate, action.ops, self.verifier.limits, self._immutable_tokens)
         if not applied.ok:
             assert applied.code is not None
             return self._reject(state, attempt, action.raw, applied.code, applied.pointer, applied.message, ops_dicts, start)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import InputFileError
+from ..io import read_bytes
 from ..validators.jsonvalue import sha256_json
 from ..wheels import file_sha256
 from .cases import Case, PublicCase
@@ -89,8 +90,8 @@ def read_manifest(case_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputFileError(f"not a case set (no {MANIFEST_FILE}): {case_dir}")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        return json.loads(read_bytes(path, "case manifest"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path} is not valid JSON: {exc}") from exc
 
 

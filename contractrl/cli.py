@@ -137,7 +137,10 @@ def cmd_cases_generate(args: argparse.Namespace) -> int:
             "audit": [r.to_dict() for r in rows],
         }
     manifest = write_case_set(cases, args.out, config.to_dict(), extra)
-    _emit({"out": str(args.out), "cases": manifest["cases"], "counts": manifest["counts"], "files": manifest["files"]})
+    summary = {"out": str(args.out), "cases": manifest["cases"], "counts": manifest["counts"], "files": manifest["files"]}
+    if "source_calls" in manifest:  # what the data gave: calls used, and those skipped with why
+        summary["source_calls"] = manifest["source_calls"]
+    _emit(summary)
     return EXIT_OK
 
 

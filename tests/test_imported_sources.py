@@ -1,5 +1,5 @@
 """Imported sources on data shaped like the public sets that broke them: MCP-style schemas whose root
-is a ``$ref``.
+is a ``$ref``, BFCL calls the source must skip (and say so).
 
 The data is written here, in the shapes of the public files (the MCP specification's
 ``{"$ref": "#/definitions/X", "definitions": ...}``; BFCL's JSON Lines), so these run without
@@ -15,6 +15,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from contractrl.cli import main
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.sources import JsonSchemaSource, root_resolved, source_families
 from contractrl.validators import Verifier
@@ -113,3 +114,64 @@ def test_schemas_whose_root_is_a_ref_host_the_root_families(mcp_corpus: Path) ->
             continue
         repaired = jsonpatch.apply_patch(case.public.candidate, case.offline.target_patch)
         assert verifier.verify(repaired).accepted and repaired == case.offline.target
+
+
+def _bfcl_dir(folder: Path, entries: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> Path:
+    """A BFCL data directory: (id, function, ground truth) per entry, one question file."""
+    (folder / "possible_answer").mkdir(parents=True)
+    questions = [
+        {"id": entry_id, "question": [[{"role": "user", "content": f"Please run {fn['name']} for me."}]], "function": [fn]}
+        for entry_id, fn, _ in entries
+    ]
+    answers = [{"id": entry_id, "ground_truth": [gt]} for entry_id, _, gt in entries]
+    name = "BFCL_v4_simple_python.json"
+    (folder / name).write_text("".join(json.dumps(q) + "\n" for q in questions))
+    (folder / "possible_answer" / name).write_text("".join(json.dumps(a) + "\n" for a in answers))
+    return folder
+
+
+def _forecast(i: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    fn = {
+        "name": f"weather.forecast_{i}",
+        "description": "Forecast for a city.",
+        "parameters": {
+            "type": "dict",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+        },
+    }
+    return f"simple_{i}", fn, {fn["name"]: {"city": [f"City number {i}"], "days": [i + 2]}}
+
+
+REFUSED = (
+    "simple_refused",
+    {
+        "name": "count",
+        "description": "",
+        "parameters": {"type": "dict", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    },
+    {"count": {"n": ["many"]}},  # a string where the schema declares an integer
+)
+EMPTY = (
+    "simple_empty",
+    {"name": "now", "description": "The time.", "parameters": {"type": "dict", "properties": {}, "required": []}},
+    {"now": {}},
+)
+
+
+def test_bfcl_calls_the_source_skips_are_reported_in_the_output_and_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _bfcl_dir(tmp_path / "bfcl", [_forecast(0), _forecast(1), REFUSED, EMPTY])
+    out = tmp_path / "cases"
+    argv = ["cases", "generate", "--seed", "1", "--n", "2", "--source", f"bfcl:{data}", "--families", "missing_required"]
+    assert main([*argv, "--out", str(out)]) == 0
+    expected = {"used": 2, "skipped": {"not an object call": 1, "target refused by its schema": 1}}
+    assert json.loads(capsys.readouterr().out)["source_calls"] == expected
+    assert json.loads((out / "manifest.json").read_text())["source_calls"] == expected
+
+
+def test_builtin_manifests_have_no_source_calls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cases", "generate", "--seed", "1", "--n", "2", "--out", str(tmp_path / "cases")]) == 0
+    assert "source_calls" not in json.loads(capsys.readouterr().out)
+    assert "source_calls" not in json.loads((tmp_path / "cases" / "manifest.json").read_text())

@@ -379,6 +379,18 @@ def _imported(kind: str, directory: str, style: str) -> _ImportedSource:
     return BfclSource(directory) if kind == "bfcl" else JsonSchemaSource(directory, style)
 
 
+def source_calls(spec: str, style: str = "verbatim") -> dict[str, Any] | None:
+    """What a data source made of its data: the calls used and, by reason, the calls skipped
+    (a ground truth its own schema refuses, a call with no arguments, a schema strict mode
+    refuses). None for the built-in catalog, whose calls are sampled. ``style`` as generated
+    with, so the source already read is the one asked."""
+    if spec == BUILTIN:
+        return None
+    source = make_source(spec, (), style)
+    assert isinstance(source, _ImportedSource)
+    return {"used": len(source.calls), "skipped": dict(sorted(source.skipped.items()))}
+
+
 def source_families(spec: str) -> tuple[str, ...]:
     """The corruption families a source can host: for data, those its calls have the shape for."""
     return make_source(spec, ()).families()
@@ -397,5 +409,6 @@ __all__ = [
     "redact",
     "root_resolved",
     "sandbox_expected",
+    "source_calls",
     "source_families",
 ]

@@ -1,5 +1,5 @@
 """Imported sources on data shaped like the public sets that broke them: MCP-style schemas whose root
-is a ``$ref``, BFCL calls the source must skip (and say so).
+is a ``$ref``, BFCL calls the source must skip (and say so), and the screen on such calls.
 
 The data is written here, in the shapes of the public files (the MCP specification's
 ``{"$ref": "#/definitions/X", "definitions": ...}``; BFCL's JSON Lines), so these run without
@@ -16,6 +16,7 @@ import jsonpatch
 import pytest
 
 from contractrl.cli import main
+from contractrl.tasks import screen
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.sources import JsonSchemaSource, root_resolved, source_families
 from contractrl.validators import Verifier
@@ -175,3 +176,27 @@ def test_builtin_manifests_have_no_source_calls(tmp_path: Path, capsys: pytest.C
     assert main(["cases", "generate", "--seed", "1", "--n", "2", "--out", str(tmp_path / "cases")]) == 0
     assert "source_calls" not in json.loads(capsys.readouterr().out)
     assert "source_calls" not in json.loads((tmp_path / "cases" / "manifest.json").read_text())
+
+
+def test_the_screen_passes_over_a_ground_truth_its_schema_refuses(tmp_path: Path) -> None:
+    """It was replayed, could never end schema-valid, and failed the screen without a name."""
+    data = _bfcl_dir(tmp_path / "bfcl", [REFUSED, *(_forecast(i) for i in range(6))])
+    result = screen.run_screen(data, seed=13, per_family=3)
+    assert result["skipped"] == {"ground truth refused by its own schema": ["simple_refused"]}
+    assert result["cases"] == result["schema_valid"] == result["object_match"] == result["bfcl_accepted"] == 6
+    assert result["failures"] == []
+
+
+def test_a_failing_screen_case_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _bfcl_dir(tmp_path / "bfcl", [_forecast(i) for i in range(4)])
+    monkeypatch.setattr(screen, "bfcl_accepts", lambda *args: (False, "argument 'city' matches none of 1 acceptable values"))
+    result = screen.run_screen(data, seed=13, per_family=2)
+    assert result["bfcl_accepted"] == 0
+    assert sorted(f["case"] for f in result["failures"]) == [f"simple_{i}" for i in range(4)]
+    assert all("BFCL's checker refuses it: argument 'city'" in f["reason"] for f in result["failures"])
+    monkeypatch.setattr(screen, "run_screen", lambda *args, **kwargs: result)
+    main(["screen", "--bfcl", str(data)])
+    printed = capsys.readouterr().out
+    assert "failures: 4" in printed and "simple_2 weather.forecast_2" in printed

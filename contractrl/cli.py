@@ -137,7 +137,10 @@ def cmd_cases_generate(args: argparse.Namespace) -> int:
             "audit": [r.to_dict() for r in rows],
         }
     manifest = write_case_set(cases, args.out, config.to_dict(), extra)
-    _emit({"out": str(args.out), "cases": manifest["cases"], "counts": manifest["counts"], "files": manifest["files"]})
+    summary = {"out": str(args.out), "cases": manifest["cases"], "counts": manifest["counts"], "files": manifest["files"]}
+    if "source_calls" in manifest:  # what the data gave: calls used, and those skipped with why
+        summary["source_calls"] = manifest["source_calls"]
+    _emit(summary)
     return EXIT_OK
 
 
@@ -162,7 +165,15 @@ def cmd_screen(args: argparse.Namespace) -> int:
         _emit(result)
     else:
         for key, value in result.items():
-            print(f"{key}: {value}")
+            if key == "skipped":
+                for reason, ids in value.items():
+                    print(f"skipped ({reason}): {len(ids)}: {', '.join(ids)}")
+            elif key == "failures":
+                print(f"failures: {len(value)}")
+                for failure in value:
+                    print(f"  {failure['case']} {failure['function']} ({failure['family']}): {failure['reason']}")
+            else:
+                print(f"{key}: {value}")
     ok = result["schema_valid"] == result["object_match"] == result["cases"] and result["unsafe_dispatches"] == 0
     return EXIT_OK if ok else EXIT_REJECTED
 

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from .errors import ConfigError, InputFileError
+from .io import read_bytes
 
 T = TypeVar("T")
 _MAX_CONFIG_BYTES = 1 << 20
@@ -70,12 +71,9 @@ def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A YAML mapping from a file, with typed errors for missing, oversized or malformed files."""
     file = Path(path)
-    if not file.is_file():
-        raise InputFileError(f"config file {file} does not exist")
-    if file.stat().st_size > _MAX_CONFIG_BYTES:
-        raise InputFileError(f"config file {file} is larger than {_MAX_CONFIG_BYTES} bytes")
+    raw = read_bytes(file, "config", _MAX_CONFIG_BYTES)
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = yaml.safe_load(raw.decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise InputFileError(f"config file {file} is not valid YAML: {exc}") from exc
     if data is None:

@@ -171,7 +171,7 @@ def test_grpo_family_weights_are_set_key_by_key() -> None:
 
 
 def test_bad_files(tmp_path: Path) -> None:
-    with pytest.raises(InputFileError, match="does not exist"):
+    with pytest.raises(InputFileError, match="config file not found"):
         load_config(TrainConfig, tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("grpo: [unclosed\n")

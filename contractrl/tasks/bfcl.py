@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputFileError
+from ..io import read_lines
 from ..validators.strict_json import ParseLimits, parse_json_text
 
 _LINE_LIMITS = ParseLimits(max_bytes=16_000_000, max_depth=128)
@@ -51,16 +52,13 @@ class BfclEntry:
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Strictly parsed objects of a JSON Lines file, with 1-based line numbers for error messages."""
     p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"BFCL file not found: {p}")
-    with p.open("rb") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            parsed = parse_json_text(line, _LINE_LIMITS)
-            if not parsed.is_value or not isinstance(parsed.value, dict):
-                raise InputFileError(f"{p}:{lineno}: not a JSON object ({parsed.code.value}: {parsed.message})")
-            yield lineno, parsed.value
+    for lineno, line in read_lines(p, "BFCL", _LINE_LIMITS.max_bytes):
+        if not line.strip():
+            continue
+        parsed = parse_json_text(line, _LINE_LIMITS)
+        if not parsed.is_value or not isinstance(parsed.value, dict):
+            raise InputFileError(f"{p}:{lineno}: not a JSON object ({parsed.code.value}: {parsed.message})")
+        yield lineno, parsed.value
 
 
 def _function(raw: Any, where: str) -> BfclFunction:

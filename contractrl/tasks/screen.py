@@ -4,6 +4,11 @@ Seed 13 picks 64 real BFCL calls: 32 get a required argument removed, 32 get one
 type changed. Each comes with one precomputed single-operation patch, replayed through the real
 transition (parse -> mask -> apply -> verify). Every case must end schema-valid, equal to the target
 object and accepted by BFCL's own checker in one attempt, with zero retries.
+
+Only calls their own schema accepts are screened: a ground truth the schema refuses (BFCL has some)
+can never end schema-valid, so replaying it measures the data, not the protocol. Those calls are
+passed over where the seeded order meets them, and named in the result under ``skipped``; a case
+that fails anyway is named under ``failures``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputFileError
+from ..errors import ContractRLError, InputFileError
 from ..validators import Budgets, Code, RepairContract, Verifier
 from ..validators.jsonvalue import json_equal
 from .bfcl import BfclEntry, bfcl_accepts, ground_truth_call, load_bfcl_dir
@@ -33,18 +38,35 @@ class ScreenCase:
     patch: list[dict[str, Any]]
 
 
-def build_screen(entries: list[BfclEntry], seed: int = 13, per_family: int = 32) -> list[ScreenCase]:
+def build_screen(entries: list[BfclEntry], seed: int = 13, per_family: int = 32) -> tuple[list[ScreenCase], dict[str, list[str]]]:
+    """The screen's cases, and the ids of the calls passed over, by reason.
+
+    The seeded order is that of every entry, so passing over a call never reorders the others.
+    """
     rng = random.Random(seed)
     order = sorted(entries, key=lambda e: e.id)
     rng.shuffle(order)
     missing: list[ScreenCase] = []
     wrong: list[ScreenCase] = []
+    skipped: dict[str, list[str]] = {}
     for entry in order:
         if not entry.ground_truth:
+            skipped.setdefault("no possible answer", []).append(entry.id)
             continue
-        name, call = ground_truth_call(entry)
+        try:
+            name, call = ground_truth_call(entry)
+        except KeyError:
+            skipped.setdefault("ground truth names no listed function", []).append(entry.id)
+            continue
         params = entry.function(name).parameters
-        verifier = Verifier.build(params)
+        try:
+            verifier = Verifier.build(params)
+        except ContractRLError:
+            skipped.setdefault("schema does not compile strictly", []).append(entry.id)
+            continue
+        if not verifier.verify(call).accepted:
+            skipped.setdefault("ground truth refused by its own schema", []).append(entry.id)
+            continue
         if len(missing) < per_family and len(missing) <= len(wrong):
             required = [k for k in params.get("required", []) if k in call]
             if required:
@@ -84,14 +106,15 @@ def build_screen(entries: list[BfclEntry], seed: int = 13, per_family: int = 32)
             break
     if len(missing) < per_family or len(wrong) < per_family:
         raise InputFileError(f"BFCL data yields only {len(missing)} missing_required and {len(wrong)} wrong_type screen cases")
-    return missing + wrong
+    return missing + wrong, skipped
 
 
 def run_screen(bfcl_dir: str | Path, seed: int = 13, per_family: int = 32) -> dict[str, Any]:
     entries = load_bfcl_dir(bfcl_dir)
     by_id = {e.id: e for e in entries}
-    cases = build_screen(entries, seed, per_family)
+    cases, skipped = build_screen(entries, seed, per_family)
     schema_valid = object_match = bfcl_ok = attempts = retries = unsafe = 0
+    failures: list[dict[str, Any]] = []
     for case in cases:
         entry = by_id[case.entry_id]
         params = entry.function(case.function).parameters
@@ -102,11 +125,16 @@ def run_screen(bfcl_dir: str | Path, seed: int = 13, per_family: int = 32) -> di
         attempts += used
         retries += used - 1
         accepted = result.accepted_object
-        unsafe += accepted is not None and not Verifier.build(params, backend="python").verify(accepted).accepted
+        reference_refuses = accepted is not None and not Verifier.build(params, backend="python").verify(accepted).accepted
+        unsafe += reference_refuses
         schema_valid += accepted is not None
         object_match += accepted is not None and json_equal(accepted, case.target)
         possible = entry.ground_truth[0][case.function]
-        bfcl_ok += accepted is not None and bfcl_accepts(accepted, possible, params)[0]
+        accepted_by_bfcl, why = bfcl_accepts(accepted, possible, params) if accepted is not None else (False, "")
+        bfcl_ok += accepted_by_bfcl
+        failure = _failure(case, result.outcome.value, accepted, accepted_by_bfcl, why, used, reference_refuses)
+        if failure is not None:
+            failures.append(failure)
     return {
         "cases": len(cases),
         "missing_required": sum(c.family == "missing_required" for c in cases),
@@ -119,5 +147,26 @@ def run_screen(bfcl_dir: str | Path, seed: int = 13, per_family: int = 32) -> di
         "retries": retries,
         "unsafe_dispatches": unsafe,
         "seed": seed,
+        "skipped": skipped,
+        "failures": failures,
         "note": SCREEN_NOTE,
     }
+
+
+def _failure(
+    case: ScreenCase, outcome: str, accepted: Any, bfcl_ok: bool, why: str, attempts: int, unsafe: bool
+) -> dict[str, Any] | None:
+    """What went wrong with one case, naming it; None when it passed every check."""
+    if accepted is None:
+        reason = f"not accepted: {outcome}"
+    elif unsafe:
+        reason = "dispatched an object the python backend refuses"
+    elif not json_equal(accepted, case.target):
+        reason = "accepted object differs from the target"
+    elif not bfcl_ok:
+        reason = f"BFCL's checker refuses it: {why}"
+    elif attempts != 1:
+        reason = f"took {attempts} attempts"
+    else:
+        return None
+    return {"case": case.entry_id, "function": case.function, "family": case.family, "reason": reason}

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 from ..errors import ConfigError, ContractRLError, InputFileError
 from ..io import read_json_file
 from ..validators import Verifier
 from ..validators.jsonvalue import canonical_json
-from ..validators.pointer import escape_token
+from ..validators.pointer import PointerSyntaxError, escape_token, parse_pointer, resolve
 from .bfcl import BfclEntry, ground_truth_call, load_bfcl_dir
 from .bfcl_wheel import category_dir, is_category
 from .catalog import make_sandbox, tools_of
@@ -162,6 +163,38 @@ def _compiled(raw: Any, dialect: str | None, args: Any, skipped: dict[str, int])
     if not verifier.verify(args).accepted:
         _skip(skipped, "target refused by its schema")
         return None
+    return root_resolved(schema)
+
+
+# what may stand beside a root $ref without constraining anything (it is kept on the new root)
+_ROOT_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "$ref", "$comment", "title", "description"})
+
+
+def root_resolved(schema: dict[str, Any]) -> dict[str, Any]:
+    """A normalised schema whose root is only a ``$ref``, with the referenced schema as its root.
+
+    Every MCP specification schema is ``{"$ref": "#/definitions/X", "definitions": ...}``; the
+    corruption families read ``required``, ``properties`` and leaf constraints at the root, so
+    such a schema could host none of missing_required, constraint_violation or unrepairable.
+    The result validates exactly the same instances: the target's keywords move to the root, and
+    ``$defs`` is kept whole, so every ``#/$defs/...`` reference (the target's included) still
+    resolves. A root with constraints beside its ``$ref``, or a target with its own ``$id``, is
+    left as it is.
+    """
+    seen: set[str] = set()
+    while isinstance(schema.get("$ref"), str) and set(schema) <= _ROOT_ANNOTATIONS:
+        ref = schema["$ref"]
+        if ref in seen or not ref.startswith("#/"):
+            break
+        seen.add(ref)
+        try:
+            target = resolve(schema, parse_pointer(unquote(ref[1:], errors="strict")), None)
+        except (PointerSyntaxError, UnicodeDecodeError):
+            break
+        if not isinstance(target, dict) or "$id" in target:
+            break
+        kept: dict[str, Any] = {k: schema[k] for k in ("$schema", "$id", "$comment", "title", "description") if k in schema}
+        schema = {**kept, **{k: v for k, v in target.items() if k != "$defs"}, "$defs": schema.get("$defs", {})}
     return schema
 
 
@@ -346,6 +379,18 @@ def _imported(kind: str, directory: str, style: str) -> _ImportedSource:
     return BfclSource(directory) if kind == "bfcl" else JsonSchemaSource(directory, style)
 
 
+def source_calls(spec: str, style: str = "verbatim") -> dict[str, Any] | None:
+    """What a data source made of its data: the calls used and, by reason, the calls skipped
+    (a ground truth its own schema refuses, a call with no arguments, a schema strict mode
+    refuses). None for the built-in catalog, whose calls are sampled. ``style`` as generated
+    with, so the source already read is the one asked."""
+    if spec == BUILTIN:
+        return None
+    source = make_source(spec, (), style)
+    assert isinstance(source, _ImportedSource)
+    return {"used": len(source.calls), "skipped": dict(sorted(source.skipped.items()))}
+
+
 def source_families(spec: str) -> tuple[str, ...]:
     """The corruption families a source can host: for data, those its calls have the shape for."""
     return make_source(spec, ()).families()
@@ -362,6 +407,8 @@ __all__ = [
     "check_source",
     "make_source",
     "redact",
+    "root_resolved",
     "sandbox_expected",
+    "source_calls",
     "source_families",
 ]

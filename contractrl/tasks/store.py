@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import InputFileError
+from ..io import read_bytes
 from ..validators.jsonvalue import sha256_json
 from ..wheels import file_sha256
 from .cases import Case, PublicCase
@@ -78,10 +79,23 @@ def write_case_set(
         "counts": dict(sorted(Counter(c.public.family for c in cases).items())),
         "tool_family_counts": dict(sorted(Counter(c.public.tool_family for c in cases).items())),
         "files": {name: file_sha256(out_dir / name) for name in (PUBLIC_FILE, OFFLINE_FILE)},
+        **_source_calls(config),
         **(extra or {}),
     }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
+
+
+def _source_calls(config: dict[str, Any]) -> dict[str, Any]:
+    """For data sources: how many calls the data gave and why the rest were skipped (absent for
+    the built-in catalog, so its manifests stay byte-identical to earlier ones)."""
+    source = config.get("source")
+    if not isinstance(source, str):
+        return {}
+    from .sources import source_calls  # the source is cached: generating the cases read it already
+
+    report = source_calls(source, str(config.get("request_style", "verbatim")))
+    return {"source_calls": report} if report is not None else {}
 
 
 def read_manifest(case_dir: str | Path) -> dict[str, Any]:
@@ -89,8 +103,8 @@ def read_manifest(case_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputFileError(f"not a case set (no {MANIFEST_FILE}): {case_dir}")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        return json.loads(read_bytes(path, "case manifest"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path} is not valid JSON: {exc}") from exc
 
 

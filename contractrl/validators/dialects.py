@@ -32,12 +32,12 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from ..errors import SchemaCompileError
 from . import ecma_regex
 from .jsonvalue import canonical_json, json_type_name, sha256_json
-from .pointer import PointerSyntaxError, escape_token, format_pointer, parse_pointer, resolve
+from .pointer import PointerSyntaxError, escape_token, format_pointer, parse_pointer, resolve, unescape_token
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -199,29 +199,28 @@ def normalize_schema(
     if size > limits.max_bytes:
         raise SchemaCompileError(f"schema is {size} bytes, over the limit of {limits.max_bytes}")
     source = dialect or detect_dialect(schema)
-    normalizer = _Normalizer(source, lenient, limits, annotation_formats)
+    normalizer = _Normalizer(source, lenient, limits, annotation_formats, schema)
     if wrapper is not None:
         normalizer.notes.append(f"/: the schema of the {wrapper}")
     out = normalizer.node(schema, "", 0)
-    for ref, where in normalizer.refs:  # a reference must name something in the schema as written
-        if ref != "#" and resolve(schema, parse_pointer(_ref_target(ref, where)), _NOTHING) is _NOTHING:
-            raise SchemaCompileError(f"$ref {ref!r} resolves to nothing in the schema as written", where)
     if isinstance(out, dict):
+        normalizer.relocate(out)
         out = {"$schema": DRAFT_2020_12, **{k: v for k, v in out.items() if k != "$schema"}}
         _check_refs(out, limits.max_depth)
     return NormalizedSchema(out, source, sha256_json(out), tuple(normalizer.notes))
 
 
 class _Normalizer:
-    def __init__(self, dialect: str, lenient: bool, limits: SchemaLimits, annotation_formats: frozenset[str]) -> None:
+    def __init__(self, dialect: str, lenient: bool, limits: SchemaLimits, annotation_formats: frozenset[str], root: Any) -> None:
         self.dialect = dialect
+        self.root = root  # the schema as written: every '#...' reference resolves against it
+        self.relocations: dict[str, str] = {}  # source pointer -> why it is referenced (first $ref)
         self.lenient = lenient
         self.limits = limits
         self.annotation_formats = annotation_formats
         self.notes: list[str] = []
         self.implied: dict[str, dict[str, Any]] = {}  # node pointer -> keywords an OpenAPI format means
         self.nodes = 0
-        self.refs: list[tuple[str, str]] = []  # (source $ref, where): checked against the source document
 
     def fail(self, message: str, pointer: str) -> None:
         """Raise in strict mode; in lenient mode record why a part of the schema was dropped."""
@@ -241,10 +240,16 @@ class _Normalizer:
             return schema if schema or depth == 0 else {"not": {}}
         if not isinstance(schema, dict):
             raise SchemaCompileError(f"subschema must be an object or a boolean, got {json_type_name(schema)}", ptr)
-        out: dict[str, Any] = {}
-        for key, value in schema.items():
-            here = f"{ptr}/{escape_token(key)}"
-            self.keyword(key, value, here, depth, out, schema)
+        document_dialect = self.dialect
+        if depth > 0 and "$schema" in schema:
+            self.dialect = self._nested_dialect(schema["$schema"], f"{ptr}/$schema")
+        try:
+            out: dict[str, Any] = {}
+            for key, value in schema.items():
+                here = f"{ptr}/{escape_token(key)}"
+                self.keyword(key, value, here, depth, out, schema)
+        finally:
+            self.dialect = document_dialect
         implied = self.implied.pop(ptr, None)
         if implied:
             if any(k in out for k in implied) or any(k in out for k in ("exclusiveMinimum", "exclusiveMaximum")):
@@ -304,7 +309,8 @@ class _Normalizer:
         elif key == "$ref":
             out[key] = self._ref(value, here)
         elif key == "$schema":
-            out[key] = value
+            if depth == 0:
+                out[key] = value  # replaced by the 2020-12 marker once the whole document is normalised
         elif key in ("$id", "id") and depth > 0 and (key == "$id" or self.dialect == "draft-04") and _has_ref(parent):
             # an inner $id moves the base every '#...' reference under it resolves against
             self.fail(f"{key!r} inside a subschema with a $ref changes how the reference resolves; only the root may", here)
@@ -417,13 +423,74 @@ class _Normalizer:
             )
         return out
 
+    def _nested_dialect(self, uri: Any, here: str) -> str:
+        """The dialect a subschema's own ``$schema`` names; the marker itself is not kept.
+
+        A ``$schema`` below the root is no dialect marker in 2020-12, but python-jsonschema still
+        switches to that draft when a ``$ref`` leads into the subschema (and then ignores a
+        ``$ref``'s siblings, ``const``, numeric ``exclusiveMinimum``...) while jsonschema-rs does
+        not: kept, it made the backends disagree. The subschema is normalised as the dialect it
+        names, like the rest of the document, and both backends read the result as 2020-12.
+        """
+        try:
+            nested = detect_dialect({"$schema": uri}) if isinstance(uri, str) else None
+        except SchemaCompileError:
+            nested = None
+        if nested is None:
+            self.fail(f"unknown $schema dialect {uri!r} in a subschema", here)
+            return self.dialect
+        self.notes.append(f"{here}: $schema {uri!r} in a subschema: normalised as {nested} (marker removed)")
+        return nested
+
     def _ref(self, value: Any, here: str) -> str:
+        """The reference rewritten to where its target is in the normalised schema.
+
+        It must name something in the schema as written. A target under a renamed keyword
+        (``definitions`` at any depth, ``dependencies``, array-form ``items``) is renamed along
+        the whole pointer; a target under a keyword the dialect does not know (``x-defs``,
+        ``components``), which the source dialect resolves like any JSON Pointer, is normalised
+        where it is referenced and kept under ``$defs`` (:meth:`relocate`). A target inside the
+        value of a known non-schema keyword (``enum``, ``default``) is data, and refused later.
+        """
         if not isinstance(value, str) or not value.startswith("#"):
             raise SchemaCompileError(f"only local '#...' references are allowed, got {value!r}", here)
-        self.refs.append((value, here))
-        if value.startswith("#/definitions/") or value == "#/definitions":
-            return "#/$defs" + value[len("#/definitions") :]
-        return value
+        if value == "#":
+            return value
+        target = _ref_target(value, here)
+        tokens = parse_pointer(target)
+        if resolve(self.root, tokens, _NOTHING) is _NOTHING:
+            raise SchemaCompileError(f"$ref {value!r} resolves to nothing in the schema as written", here)
+        mapped = _translate(self.root, tokens)
+        if mapped is None:
+            self.relocations.setdefault(target, here)
+            mapped = ["$defs", target]
+        if mapped == list(tokens):
+            return value
+        raw = value[1:].split("/")[1:]
+        if len(raw) == len(tokens) == len(mapped) and all(_decoded(r) == t for r, t in zip(raw, tokens, strict=True)):
+            # unchanged tokens are kept as written, so schemas that needed no rewrite keep their hash
+            return "#" + "".join("/" + (r if m == t else _encoded(m)) for r, t, m in zip(raw, tokens, mapped, strict=True))
+        return "#" + "".join("/" + _encoded(m) for m in mapped)
+
+    def relocate(self, out: dict[str, Any]) -> None:
+        """Normalise each referenced subschema that has no place in the output, under ``$defs``.
+
+        Its name is its pointer in the schema as written (``/x-defs/address``), so nothing it was
+        referenced by can collide with a definition of the author's; its own references may add more.
+        """
+        done: set[str] = set()
+        while len(done) < len(self.relocations):
+            target = next(t for t in self.relocations if t not in done)
+            done.add(target)
+            defs = out.setdefault("$defs", {})
+            if target in defs:
+                raise SchemaCompileError(f"a definition is already named {target!r}; cannot keep the $ref target there", "/$defs")
+            value = resolve(self.root, parse_pointer(target))
+            defs[target] = self.node(value, target, 1)
+            self.notes.append(
+                f"{target}: referenced by {self.relocations[target]} from outside any schema keyword;"
+                f" normalised as a schema at /$defs/{escape_token(target)}"
+            )
 
     def _bfcl_cleanup(self, out: dict[str, Any], ptr: str) -> None:
         """Drop BFCL defaults whose type contradicts the declared type: they would mislead repairs."""
@@ -509,6 +576,78 @@ def _ref_target(ref: str, where: str) -> str:
         return format_pointer(parse_pointer(unquote(ref[1:], errors="strict")))
     except (PointerSyntaxError, UnicodeDecodeError) as exc:
         raise SchemaCompileError(f"$ref {ref!r} is not a valid JSON Pointer fragment: {exc}", where) from exc
+
+
+# known keywords whose values are data, never schemas: a $ref into them is refused by _check_refs
+_DATA_KEYWORDS = _VALUE_KEYWORDS | _UNSUPPORTED | _OPENAPI_ANNOTATIONS | {"id", "optional", "self"}
+_NAMED_SCHEMAS = {"definitions": "$defs", "$defs": "$defs", "properties": "properties", "dependentSchemas": "dependentSchemas"}
+
+
+def _translate(root: Any, tokens: tuple[str, ...]) -> list[str] | None:
+    """Where the source pointer ``tokens`` (into a schema as written) is after normalisation.
+
+    Walks the source by keyword position, renaming what :class:`_Normalizer` renames. The path
+    is kept as it is from the first known non-schema keyword on (its value is data). None: the
+    target is not at a schema position that the normalised schema keeps (it sits under a keyword
+    the dialect does not know, or one normalisation drops), so it must be relocated.
+    """
+    node: Any = root
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        if not isinstance(node, dict):
+            return out + list(tokens[i:])  # inside a boolean schema or data: whatever it is, kept as is
+        key = tokens[i]
+        value = node[key]
+        name = tokens[i + 1] if i + 1 < len(tokens) else None
+        if key in _NAMED_SCHEMAS or key == "patternProperties":
+            if name is None or not isinstance(value, dict):
+                return out + list(tokens[i:])  # the map itself is not a schema
+            if key == "patternProperties":
+                try:
+                    name = ecma_regex.portable(name)
+                except ecma_regex.EcmaSyntaxError:
+                    return None
+            out += [_NAMED_SCHEMAS.get(key, key), name]
+            node, i = value[tokens[i + 1]], i + 2
+        elif key == "dependencies" and name is not None and isinstance(value, dict):
+            if not isinstance(value[name], (dict, bool)):
+                return out + list(tokens[i:])  # a property dependency: a list of names
+            if name in node.get("dependentSchemas", {}):
+                return None  # combined with the dependentSchemas entry of the same name
+            out += ["dependentSchemas", name]
+            node, i = value[name], i + 2
+        elif key in _SCHEMA_LISTS or (key == "items" and isinstance(value, list)):
+            if name is None or not isinstance(value, list):
+                return out + list(tokens[i:])
+            out += ["prefixItems" if key == "items" else key, name]
+            node, i = value[int(name)], i + 2
+        elif key == "additionalItems":
+            if not isinstance(node.get("items"), list):
+                return None  # removed: it has no effect without array-form items
+            out.append("items")
+            node, i = value, i + 1
+        elif key in _SCHEMA_VALUED:
+            out.append(key)
+            node, i = value, i + 1
+        elif key in _DATA_KEYWORDS or key == "dependencies" or key == "dependentRequired":
+            return out + list(tokens[i:])
+        else:
+            return None  # an unknown keyword or vendor extension: dropped or refused, never walked
+    return out
+
+
+def _decoded(raw: str) -> str | None:
+    """One raw fragment token as a reference token, or None where it does not decode to one."""
+    try:
+        return unescape_token(unquote(raw, errors="strict"))
+    except (PointerSyntaxError, UnicodeDecodeError):
+        return None
+
+
+def _encoded(token: str) -> str:
+    """One reference token as a fragment token both backends percent-decode back to it."""
+    return quote(escape_token(token), safe="!$&'()*+,;=:@")
 
 
 def _check_refs(root: dict[str, Any], max_chain: int) -> None:

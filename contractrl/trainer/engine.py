@@ -9,10 +9,21 @@ optimizer step; on several ranks DeepSpeed averages the gradients at the last mi
 from __future__ import annotations
 
 import math
+import pickle
+import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import ContractRLError
 from .config import DeepSpeedConfig, OptimConfig
+
+ENGINE_FILE = "engine.pt"
+_ENGINE_KEYS = frozenset({"optimizer", "scheduler", "trainable", "client_state"})
+
+
+class CheckpointError(ContractRLError):
+    """An engine checkpoint holds something other than tensors and plain values (a pickled object
+    that would run code when loaded), or is not an engine checkpoint at all."""
 
 
 def lr_lambda(optim: OptimConfig, total_steps: int) -> Any:
@@ -92,12 +103,12 @@ class TorchEngine:
         directory.mkdir(parents=True, exist_ok=True)
         trainable = {n: p.detach().clone() for n, p in self.module.named_parameters() if p.requires_grad}
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "trainable": trainable}
-        torch.save({**state, "client_state": client_state}, directory / "engine.pt")
+        torch.save({**state, "client_state": client_state}, directory / ENGINE_FILE)
 
     def load(self, directory: Path) -> dict[str, Any]:
         import torch
 
-        state = torch.load(directory / "engine.pt", weights_only=False)
+        state = load_engine_state(directory / ENGINE_FILE)
         params = dict(self.module.named_parameters())
         with torch.no_grad():
             for name, value in state["trainable"].items():
@@ -105,6 +116,30 @@ class TorchEngine:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         return dict(state["client_state"])
+
+
+def load_engine_state(path: Path) -> dict[str, Any]:
+    """The state :meth:`TorchEngine.save` wrote, loaded with ``weights_only=True``.
+
+    A checkpoint directory may come from someone else (a shared run, a copied ``runs/`` folder);
+    a full unpickler would run whatever code a crafted file names, so only tensors and plain
+    containers are accepted (the optimizer and schedule state and the RNG state are nothing else).
+    Anything more is a :class:`CheckpointError` naming the file and the refused global.
+    """
+    import torch
+
+    try:
+        state = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        what = f"it names {found.group(1)}" if found else str(exc).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{path}: refused, not a plain-tensor engine checkpoint ({what})") from None
+    except (RuntimeError, EOFError) as exc:  # not a torch zip archive: empty, truncated, garbage
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable engine checkpoint ({first})") from None
+    if not isinstance(state, dict) or set(state) != _ENGINE_KEYS or not isinstance(state["client_state"], dict):
+        raise CheckpointError(f"{path}: not an engine checkpoint (expected the keys {sorted(_ENGINE_KEYS)})")
+    return state
 
 
 class DeepSpeedEngine:
@@ -169,4 +204,4 @@ class DeepSpeedEngine:
         return dict(client_state)
 
 
-__all__ = ["DeepSpeedEngine", "TorchEngine", "TrainEngine", "lr_lambda"]
+__all__ = ["CheckpointError", "DeepSpeedEngine", "TorchEngine", "TrainEngine", "load_engine_state", "lr_lambda"]

@@ -293,3 +293,37 @@ def test_a_manifest_that_is_not_a_json_object_is_a_typed_refusal(
 def test_a_missing_run_directory_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ledger", "verify", str(tmp_path / "nowhere")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_a_decompression_bomb_in_place_of_a_shard_is_refused_without_parsing_it(
+    frozen: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a kilobyte that decodes to 200 MB (one dictionary value repeated): its size and digest
+    are not the frozen ones, so it is refused before any parquet reader opens it (issue 49 §4)."""
+    run = _copy(frozen, tmp_path)
+    bomb = run / "ledger" / "shard-00001.parquet"
+    n = 200_000
+    column = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array(["x" * 1000]))
+    options = {"compression": "zstd", "write_statistics": False, "data_page_size": 1 << 30, "store_schema": False}
+    pq.write_table(pa.table({"text": column}), bomb, **options)
+    assert bomb.stat().st_size < 1024 and pq.ParquetFile(bomb).metadata.num_rows == n
+    parsed: list[Path] = []
+    original = pq.read_table
+
+    def spy(source: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(Path(source))
+        return original(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", spy)
+    with pytest.raises(LedgerIntegrityError) as info:
+        read_ledger(run)
+    assert info.value.reason == "file_size" and info.value.row == 8  # shard 1 starts at row 8
+    out = _refused(run, capsys)
+    assert out["shard"] == "ledger/shard-00001.parquet" and out["first_bad_row"] == 8 and "not parsed" in out["error"]
+    assert parsed == []  # nothing is parsed before every file holds: not the bomb, not the others
+    # the same file under the frozen size (padded) fails on its digest, still unparsed
+    pad = json.loads((run / "manifest.json").read_text())["ledger_files"]["ledger/shard-00001.parquet"]["bytes"]
+    data = bomb.read_bytes()
+    assert len(data) < pad
+    bomb.write_bytes(data + b"\0" * (pad - len(data)))
+    assert _refused(run, capsys)["reason"] == "file_sha256" and parsed == []

@@ -420,40 +420,45 @@ def _ledger_files(run: Path) -> dict[str, Path]:
     return out
 
 
+def _ledger_order(name: str) -> tuple[str, int, str]:
+    """Files in the order of their rows: shard by shard, each shard before its timing file."""
+    folder, _, base = name.partition("/")
+    return (base, 0 if folder == LEDGER_DIR else 1, folder)
+
+
 def _check_files(run: Path, manifest: dict[str, Any], present: dict[str, Path]) -> None:
-    """Every recorded file present, regular, of its size and SHA-256; nothing else in the folders."""
+    """Every recorded file present, regular, of its size and SHA-256; nothing else in the folders.
+
+    Nothing is parsed here, and a file whose size or SHA-256 is not the frozen one is never parsed
+    at all: a small file in place of a shard can expand to gigabytes (a decompression bomb)."""
     recorded: dict[str, dict[str, Any]] = manifest["ledger_files"]
     for name in sorted(present.keys() - recorded.keys()):
         raise LedgerIntegrityError(f"{name}: a file the frozen manifest does not list", shard=name, reason="unlisted_file")
     for name in sorted(recorded.keys() - present.keys()):
         raise LedgerIntegrityError(f"{name}: listed in the manifest but missing", shard=name, reason="missing_file")
-    for name in sorted(recorded):
+    for name in sorted(recorded, key=_ledger_order):
         info = _regular_file(present[name], name)
         if info.st_size != recorded[name]["bytes"]:
-            raise LedgerIntegrityError(
-                f"{name}: {info.st_size} bytes, but {recorded[name]['bytes']} were frozen", shard=name, reason="file_size"
+            raise _unparsed(
+                manifest, name, f"{name}: {info.st_size} bytes, but {recorded[name]['bytes']} were frozen", "file_size"
             )
         sha, _ = _file_digest(present[name], name)
         if sha != recorded[name]["sha256"]:
-            raise LedgerIntegrityError(
-                f"{name}: SHA-256 {sha[:16]}... differs from the frozen {recorded[name]['sha256'][:16]}...",
-                shard=name,
-                reason="file_sha256",
-            )
+            message = f"{name}: SHA-256 {sha[:16]}... differs from the frozen {recorded[name]['sha256'][:16]}..."
+            raise _unparsed(manifest, name, message, "file_sha256")
 
 
-def _diagnose(run: Path, shards: list[Path], error: LedgerIntegrityError) -> LedgerIntegrityError:
-    """After a file check failed: read what can be read to name the first bad row, if a row changed."""
-    try:
-        _chain(run, shards)
-    except LedgerIntegrityError as found:
-        if found.row is not None:
-            return LedgerIntegrityError(f"{error}; {found}", found.row, shard=error.shard, reason=found.reason)
-        return error
+def _unparsed(manifest: dict[str, Any], name: str, message: str, reason: str) -> LedgerIntegrityError:
+    """A file that is not the frozen one, named with the first row it holds (from the verified
+    manifest's row counts of the shards before it), without reading a byte of it as parquet."""
+    base = name.partition("/")[2]
+    first = sum(
+        entry["rows"]
+        for other, entry in manifest["ledger_files"].items()
+        if other.startswith(LEDGER_DIR + "/") and other.partition("/")[2] < base
+    )
     return LedgerIntegrityError(
-        f"{error}; every row still hashes: metadata, statistics, encoding or timings were edited",
-        shard=error.shard,
-        reason=error.reason,
+        f"{message}; not parsed: its rows, from row {first} on, cannot be trusted", first, shard=name, reason=reason
     )
 
 
@@ -483,7 +488,8 @@ def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes 
     manifest's own fields (and its HMAC when a key is set), the list of files (nothing missing,
     nothing extra, no FIFO or link), each file's size and SHA-256, then the hash chain of the
     decoded rows and the row count and head the manifest recorded. Any failure is a
-    :class:`LedgerIntegrityError` that names the file and, where a row changed, the first bad row.
+    :class:`LedgerIntegrityError` that names the file and the first row that cannot be trusted; a
+    file that fails its size or SHA-256 is never parsed.
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -497,12 +503,7 @@ def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes 
     if frozen:
         _check_manifest_fields(manifest)
         _check_seal(manifest, ledger_key(key))
-        try:
-            _check_files(run, manifest, present)
-        except LedgerIntegrityError as exc:
-            if exc.reason in ("file_sha256", "file_size", "unlisted_file"):
-                raise _diagnose(run, shards, exc) from None
-            raise
+        _check_files(run, manifest, present)
     rows, where, head = _chain(run, shards)
     if frozen:
         if len(rows) != manifest["ledger_rows"]:

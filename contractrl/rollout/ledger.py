@@ -40,6 +40,8 @@ import os
 import re
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ import pyarrow.parquet as pq
 from ..errors import ContractRLError, InputFileError
 from ..validators.jsonvalue import canonical_json
 from ..validators.strict_json import ParseLimits, parse_json_text
+from .runfiles import LOCK_FILE, RunLock, atomic_write, is_tmp, tmp_path
 
 GENESIS = "0" * 64
 LEDGER_DIR = "ledger"
@@ -91,6 +94,10 @@ class LedgerFrozenError(LedgerError):
     """A write to a ledger that has been frozen."""
 
 
+class LedgerLockedError(LedgerError):
+    """Another writer holds the run directory: two writers would interleave their shards."""
+
+
 class LedgerIntegrityError(LedgerError):
     """The files, the hash chain, the digest or the manifest do not hold.
 
@@ -106,6 +113,22 @@ class LedgerIntegrityError(LedgerError):
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": False, "reason": self.reason, "shard": self.shard, "first_bad_row": self.row, "error": str(self)}
+
+
+class LedgerNeedsRepairError(LedgerIntegrityError):
+    """An unfrozen ledger cannot be resumed as it stands (a missing, torn or foreign file, a gap in
+    the shard indices, a broken chain): resuming would write over or after rows that do not hold.
+    ``contractrl ledger repair`` truncates it to its last verified row, keeping what it removes."""
+
+    @classmethod
+    def of(cls, run: Path, cause: LedgerIntegrityError, action: str = "resume") -> LedgerNeedsRepairError:
+        return cls(
+            f"cannot {action} the ledger of {run}: {cause}; `contractrl ledger repair {run}` truncates it to its last "
+            f"verified row and moves what it removes to {run}/quarantine-NNN/",
+            cause.row,
+            shard=cause.shard,
+            reason=cause.reason,
+        )
 
 
 def row_hash(prev_hash: str, row: dict[str, Any]) -> str:
@@ -148,37 +171,58 @@ def _shard_name(index: int) -> str:
 
 
 class LedgerWriter:
-    """Appends rows to a run directory's ledger in order; one writer per run.
+    """Appends rows to a run directory's ledger in order; one writer per run, enforced.
 
     Rows are plain dicts of JSON values. Nested values are stored as canonical JSON text so that the
     parquet schema stays flat and readable with pandas. :data:`TIMING_FIELDS` go to the timing file.
+
+    The writer holds an exclusive lock on the run directory from construction until :meth:`freeze`,
+    :meth:`close` or the end of the process; a second writer gets :class:`LedgerLockedError`. Each
+    flush writes the shard, then its timing file, each atomically (:func:`runfiles.atomic_write`), so
+    a crash leaves whole files only. On an existing ledger the writer resumes after verifying it
+    (:func:`scan_ledger`: contiguous shard indices, every shard with its timing file, the chain); a
+    ledger that does not hold is a :class:`LedgerNeedsRepairError`, never written over. ``count`` is
+    the number of rows already durable, so a caller resumes its rows from there.
     """
 
     def __init__(self, run_dir: str | Path, shard_rows: int = 1000) -> None:
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / LEDGER_DIR
         self.timing_dir = self.run_dir / TIMING_DIR
-        if read_manifest(self.run_dir).get("ledger_sha256"):
-            raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.timing_dir.mkdir(parents=True, exist_ok=True)
         self.shard_rows = shard_rows
         self._frozen = False
         self._pending: list[dict[str, Any]] = []
         self._pending_timing: list[dict[str, Any]] = []
-        existing = sorted(self.dir.glob("shard-*.parquet"))
-        self._next_shard = len(existing)
-        self.count = 0
-        self.head = GENESIS
-        for shard in existing:  # resume: continue the chain where it stopped
-            for row in _read_rows(shard, self.run_dir):
-                self.count += 1
-                self.head = row["row_hash"]
+        self._refuse_frozen()  # before the lock: a frozen run may lie on read-only storage
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock.try_acquire(self.run_dir)
+        if lock is None:
+            raise LedgerLockedError(f"{self.run_dir} is being written by another ledger writer (it holds {LOCK_FILE})")
+        self._lock = lock
+        try:
+            self._refuse_frozen()  # frozen while this writer waited for the lock
+            self.dir.mkdir(exist_ok=True)
+            self.timing_dir.mkdir(exist_ok=True)
+            for stale in (*unfinished_writes(self.run_dir), tmp_path(self.run_dir / MANIFEST)):
+                stale.unlink(missing_ok=True)  # under the lock: writes that never completed, no row of the chain
+            scan = scan_ledger(self.run_dir)
+            if scan.failure is not None:
+                raise LedgerNeedsRepairError.of(self.run_dir, scan.failure)
+        except BaseException:
+            self.close()
+            raise
+        self._next_shard = scan.shards
+        self.count = scan.count
+        self.head = scan.head
+
+    def _refuse_frozen(self) -> None:
+        if read_manifest(self.run_dir).get("ledger_sha256"):
+            raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
 
     def append(self, row: dict[str, Any]) -> str:
         """Chain and buffer one row; returns its hash."""
-        if self._frozen:
-            raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
+        if self._frozen or not self._lock.held:
+            raise LedgerFrozenError(f"the ledger writer of {self.run_dir} is frozen or closed; it cannot be written to")
         if "row_hash" in row or "prev_hash" in row:
             raise LedgerError("rows must not carry their own chain fields")
         # hash exactly what is stored, so a reader recomputes the same chain from the file
@@ -193,30 +237,40 @@ class LedgerWriter:
         return self.head
 
     def flush(self) -> None:
+        """Write the buffered rows as the next shard, then its timing file. The shard's rename is
+        the commit point; a crash before the timing file's leaves a shard that resume refuses and
+        ``ledger repair`` moves aside. The buffer is kept until both files are written."""
         if not self._pending:
             return
         name = _shard_name(self._next_shard)
-        pq.write_table(pa.Table.from_pylist(self._pending), self.dir / name, compression="zstd")
-        pq.write_table(pa.Table.from_pylist(self._pending_timing), self.timing_dir / name, compression="zstd")
+        _write_parquet(self._pending, self.dir / name)
+        _write_parquet(self._pending_timing, self.timing_dir / name)
         self._next_shard += 1
         self._pending = []
         self._pending_timing = []
 
     def freeze(self, *, key: bytes | str | None = None) -> str:
-        """Flush, record the digests of the content and of every file in the manifest, and refuse
-        every later write. With a key (argument or ``$CONTRACTRL_LEDGER_KEY``) the manifest is also
-        sealed with an HMAC. Returns ``ledger_sha256``."""
+        """Flush, verify the files as a reader would, record the digests of the content and of every
+        file in the manifest, refuse every later write and release the lock. With a key (argument or
+        ``$CONTRACTRL_LEDGER_KEY``) the manifest is also sealed with an HMAC. Returns ``ledger_sha256``."""
         self.flush()
         secret = ledger_key(key)
+        scan = scan_ledger(self.run_dir)
+        if scan.failure is not None:
+            raise LedgerNeedsRepairError.of(self.run_dir, scan.failure, action="freeze")
+        if scan.unfinished:
+            raise LedgerError(f"cannot freeze {self.run_dir}: {scan.unfinished[0]} is a write that did not finish")
+        if (scan.count, scan.head) != (self.count, self.head):
+            raise LedgerIntegrityError(
+                f"cannot freeze {self.run_dir}: its files hold {scan.count} rows, this writer wrote {self.count}",
+                min(scan.count, self.count),
+                reason="row_count",
+            )
         digest = ledger_digest(self.count, self.head)
         files = {}
-        for folder in (LEDGER_DIR, TIMING_DIR):
-            for path in sorted((self.run_dir / folder).iterdir()):
-                name = f"{folder}/{path.name}"
-                if not _SHARD.fullmatch(path.name):
-                    raise LedgerError(f"{name}: not a ledger file; the ledger folders hold only shard-NNNNN.parquet")
-                sha, size = _file_digest(path, name)
-                files[name] = {"sha256": sha, "bytes": size, "rows": len(_read_rows(path, self.run_dir))}
+        for name, rows in sorted(scan.files.items()):
+            sha, size = _file_digest(self.run_dir / name, name)
+            files[name] = {"sha256": sha, "bytes": size, "rows": rows}
         manifest = read_manifest(self.run_dir)
         manifest.pop("ledger_hmac", None)
         manifest.pop("manifest_sha256", None)
@@ -232,17 +286,36 @@ class LedgerWriter:
         manifest["manifest_sha256"] = manifest_sha256(manifest)
         if secret is not None:
             manifest["ledger_hmac"] = manifest_hmac(manifest, secret)
-        tmp = self.run_dir / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        tmp.replace(self.run_dir / MANIFEST)
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        _atomic_write(self.run_dir / MANIFEST, lambda tmp: tmp.write_text(text))
         self._frozen = True
+        self.close()
         return digest
+
+    def close(self) -> None:
+        """Release the run directory's lock without flushing (what a crash does); later appends are
+        refused. :meth:`freeze` and leaving a ``with`` block call it."""
+        self._lock.release()
 
     def __enter__(self) -> LedgerWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.flush()
+        try:
+            if self._lock.held:
+                self.flush()
+        finally:
+            self.close()
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Every ledger file goes through here (one place for crash-injection tests to interrupt)."""
+    atomic_write(path, write)
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    table = pa.Table.from_pylist(rows)
+    _atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def _cell(name: str, value: Any) -> Any:
@@ -324,33 +397,140 @@ def _iter_rows(shards: list[Path], run_dir: Path) -> Iterator[tuple[str, dict[st
             yield name, row
 
 
+def _check_row(head: str, row: dict[str, Any], index: int, name: str) -> str:
+    """The row's hash when it follows ``head`` and hashes to what it stores; a typed refusal otherwise."""
+    if row.get("prev_hash") != head:
+        raise LedgerIntegrityError(
+            f"row {index} does not follow row {index - 1}: the chain is broken", index, shard=name, reason="chain"
+        )
+    try:
+        expected = row_hash(head, row)
+    except (TypeError, ValueError) as exc:  # NaN, a timestamp or binary column: not JSON
+        raise LedgerIntegrityError(
+            f"row {index} holds a value that is not JSON ({exc}): the file was rewritten",
+            index,
+            shard=name,
+            reason="not_json",
+        ) from None
+    if row.get("row_hash") != expected:
+        raise LedgerIntegrityError(
+            f"row {index} was modified after it was written (hash mismatch)", index, shard=name, reason="row_hash"
+        )
+    return expected
+
+
 def _chain(run: Path, shards: list[Path]) -> tuple[list[dict[str, Any]], list[str], str]:
     """Every row with the chain verified; (rows, the shard of each row, the head)."""
     rows: list[dict[str, Any]] = []
     where: list[str] = []
     head = GENESIS
     for index, (name, row) in enumerate(_iter_rows(shards, run)):
-        if row.get("prev_hash") != head:
-            raise LedgerIntegrityError(
-                f"row {index} does not follow row {index - 1}: the chain is broken", index, shard=name, reason="chain"
-            )
-        try:
-            expected = row_hash(head, row)
-        except (TypeError, ValueError) as exc:  # NaN, a timestamp or binary column: not JSON
-            raise LedgerIntegrityError(
-                f"row {index} holds a value that is not JSON ({exc}): the file was rewritten",
-                index,
-                shard=name,
-                reason="not_json",
-            ) from None
-        if row.get("row_hash") != expected:
-            raise LedgerIntegrityError(
-                f"row {index} was modified after it was written (hash mismatch)", index, shard=name, reason="row_hash"
-            )
-        head = expected
+        head = _check_row(head, row, index, name)
         rows.append(row)
         where.append(name)
     return rows, where, head
+
+
+@dataclass
+class LedgerScan:
+    """An unfrozen ledger up to its first fault: what a writer resumes from and ``ledger repair``
+    keeps. ``shards`` whole shards (``shard-00000`` on) verified, with their timing files; ``files``
+    maps each verified file to its rows. ``failure`` is the first fault, ``salvage`` the verified
+    rows (and their timings) of the shard it lies in, ``unfinished`` the temporary files of writes
+    that never completed and ``beyond`` every other entry of the ledger folders after the fault."""
+
+    count: int = 0
+    head: str = GENESIS
+    shards: int = 0
+    files: dict[str, int] = dataclass_field(default_factory=dict)
+    failure: LedgerIntegrityError | None = None
+    salvage: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+    unfinished: list[str] = dataclass_field(default_factory=list)
+    beyond: list[str] = dataclass_field(default_factory=list)
+
+
+def unfinished_writes(run: Path) -> list[Path]:
+    """Temporary files left in the ledger folders by a write that was interrupted."""
+    return [path for name, path in sorted(_ledger_files(run).items()) if is_tmp(path.name)]
+
+
+def scan_ledger(run_dir: str | Path) -> LedgerScan:
+    """Verify an unfrozen ledger shard by shard, in index order, stopping at the first fault: a
+    shard without its timing file (or the reverse), an unreadable file, a broken chain, a timing
+    file that lists other rows, or, after the last whole shard, any other entry (a gap in the
+    indices, a foreign file). Nothing is written. A frozen ledger is checked by :func:`read_ledger`.
+
+    The files parsed here are not yet bound by any digest: they are the locked writer's own."""
+    run = Path(run_dir)
+    present = _ledger_files(run)
+    scan = LedgerScan(unfinished=sorted(name for name, path in present.items() if is_tmp(path.name)))
+    while True:
+        base = _shard_name(scan.shards)
+        shard, timing = f"{LEDGER_DIR}/{base}", f"{TIMING_DIR}/{base}"
+        if shard not in present and timing not in present:
+            break
+        try:
+            rows, timings = _scan_shard(run, present, shard, timing, scan)
+        except LedgerIntegrityError as exc:
+            scan.failure = exc
+            break
+        scan.files[shard], scan.files[timing] = len(rows), len(timings)
+        scan.count += len(rows)
+        scan.head = rows[-1]["row_hash"] if rows else scan.head
+        scan.shards += 1
+    scan.beyond = sorted(name for name in present if name not in scan.files and name not in scan.unfinished)
+    if scan.failure is None and scan.beyond:
+        first = scan.beyond[0]
+        if _SHARD.fullmatch(first.split("/", 1)[1]):
+            message = f"{first}: {_shard_name(scan.shards)} is missing before it (shard indices run 0, 1, 2, ... without a gap)"
+            scan.failure = LedgerIntegrityError(message, scan.count, shard=first, reason="gap")
+        else:
+            message = f"{first}: not a ledger file; the ledger folders hold only shard-NNNNN.parquet"
+            scan.failure = LedgerIntegrityError(message, scan.count, shard=first, reason="unlisted_file")
+    return scan
+
+
+def _scan_shard(
+    run: Path, present: dict[str, Path], shard: str, timing: str, scan: LedgerScan
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One shard and its timing file, chained after ``scan``; on a chain fault inside the shard its
+    verified rows (with matching timings) are left in ``scan.salvage``."""
+    if shard not in present:
+        message = f"{timing}: a timing file without its shard {shard}"
+        raise LedgerIntegrityError(message, scan.count, shard=timing, reason="missing_file")
+    if timing not in present:
+        raise LedgerIntegrityError(
+            f"{shard}: its timing file {timing} is missing (a write that did not finish)",
+            scan.count,
+            shard=shard,
+            reason="missing_file",
+        )
+    rows = _read_rows(present[shard], run)
+    head = scan.head
+    for offset, row in enumerate(rows):
+        try:
+            head = _check_row(head, row, scan.count + offset, shard)
+        except LedgerIntegrityError:
+            scan.salvage = _salvage(run, present[timing], rows[:offset])
+            raise
+    timings = _read_rows(present[timing], run)
+    if len(timings) != len(rows) or any(t.get("row_hash") != r["row_hash"] for t, r in zip(timings, rows, strict=False)):
+        raise LedgerIntegrityError(f"{timing}: its rows are not the rows of {shard}", scan.count, shard=timing, reason="timing")
+    return rows, timings
+
+
+def _salvage(run: Path, timing: Path, good: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The verified rows before a chain fault with their timings, or nothing when the timing file
+    cannot vouch for them (a row is never kept without its timing entry)."""
+    if not good:
+        return [], []
+    try:
+        timings = _read_rows(timing, run)
+    except LedgerIntegrityError:
+        return [], []
+    if len(timings) < len(good) or any(t.get("row_hash") != r["row_hash"] for t, r in zip(timings, good, strict=False)):
+        return [], []
+    return good, timings[: len(good)]
 
 
 def _check_manifest_fields(manifest: dict[str, Any]) -> None:
@@ -480,16 +660,21 @@ def _merge_timing(run: Path, rows: list[dict[str, Any]], where: list[str], shard
         start += count
 
 
-def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes | str | None = None) -> list[dict[str, Any]]:
+def read_ledger(
+    run_dir: str | Path,
+    *,
+    require_frozen: bool = True,
+    key: bytes | str | None = None,
+) -> list[dict[str, Any]]:
     """Every row, decoded (:func:`decode_row`) and with its timing fields merged back, after
     verifying the ledger.
 
     A frozen ledger is verified in this order, each step before the next reads anything: the
     manifest's own fields (and its HMAC when a key is set), the list of files (nothing missing,
-    nothing extra, no FIFO or link), each file's size and SHA-256, then the hash chain of the
-    decoded rows and the row count and head the manifest recorded. Any failure is a
-    :class:`LedgerIntegrityError` that names the file and the first row that cannot be trusted; a
-    file that fails its size or SHA-256 is never parsed.
+    nothing extra, no FIFO or link), each file's size and SHA-256, then the hash chain of the decoded rows and the row
+    count and head the manifest recorded. Any failure is a :class:`LedgerIntegrityError` that names
+    the file and the first row that cannot be trusted; a file that fails its size or SHA-256 is
+    never parsed.
     """
     run = Path(run_dir)
     if not run.is_dir():

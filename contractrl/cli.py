@@ -425,7 +425,8 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     and the first bad row where one can be named. Nothing a ledger folder holds ends in a traceback."""
     from .rollout.ledger import verify_ledger
 
-    return _ledger_action(lambda: verify_ledger(args.run_dir))
+    expect = {"run_id": args.expect_run_id, "config_sha256": args.expect_config_sha256}
+    return _ledger_action(lambda: verify_ledger(args.run_dir, expect=expect))
 
 
 def cmd_ledger_repair(args: argparse.Namespace) -> int:
@@ -680,6 +681,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 if every file digest, the hash chain, the frozen digest (and the HMAC, with a key) hold, 1 otherwise",
     )
     verify.add_argument("run_dir")
+    verify.add_argument("--expect-run-id", help="refuse unless the ledger was frozen for this run id (manifest ledger_identity)")
+    verify.add_argument("--expect-config-sha256", help="refuse unless the ledger was frozen for a config with this SHA-256")
     verify.set_defaults(func=cmd_ledger_verify)
     repair = ledger_sub.add_parser(
         "repair",

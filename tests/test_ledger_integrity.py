@@ -327,3 +327,69 @@ def test_a_decompression_bomb_in_place_of_a_shard_is_refused_without_parsing_it(
     assert len(data) < pad
     bomb.write_bytes(data + b"\0" * (pad - len(data)))
     assert _refused(run, capsys)["reason"] == "file_sha256" and parsed == []
+
+
+def _sealed(run: Path, **identity: str) -> Path:
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"kind": "contractrl.rollout", "config": {"policy": "h"}, "seed": 1}))
+    writer = LedgerWriter(run, shard_rows=4, **identity)
+    for i in range(6):
+        writer.append({"i": i})
+    writer.freeze(key=KEY)
+    return run
+
+
+def test_a_sealed_run_copied_over_another_is_refused_by_its_expected_identity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    a, b = _sealed(tmp_path / "a"), _sealed(tmp_path / "b")
+    config_sha = json.loads((b / "manifest.json").read_text())["ledger_identity"]["config_sha256"]
+    assert json.loads((b / "manifest.json").read_text())["ledger_identity"] == {"run_id": "b", "config_sha256": config_sha}
+    assert main(["ledger", "verify", str(b), "--expect-run-id", "b", "--expect-config-sha256", config_sha]) == 0
+    assert json.loads(capsys.readouterr().out)["identity"]["run_id"] == "b"
+    shutil.rmtree(b)
+    shutil.copytree(a, b)  # the same config, the same rows, a valid seal: only the identity differs
+    assert main(["ledger", "verify", str(b)]) == 0  # without an expectation a copy is self-consistent
+    capsys.readouterr()
+    assert main(["ledger", "verify", str(b), "--expect-run-id", "b"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["reason"] == "identity" and "'a'" in out["error"] and "'b'" in out["error"]
+    with pytest.raises(LedgerIntegrityError, match="config_sha256"):
+        read_ledger(b, expect={"config_sha256": "0" * 64})
+    # rewriting the identity to the expected one breaks the seal
+    manifest = json.loads((b / "manifest.json").read_text())
+    manifest["ledger_identity"]["run_id"] = "b"
+    manifest["manifest_sha256"] = manifest_sha256(manifest)
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["ledger", "verify", str(b), "--expect-run-id", "b"]) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == "hmac"
+
+
+def test_the_run_id_comes_from_the_writer_then_the_manifest_then_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    named = _sealed(tmp_path / "x", run_id="rollout-7")
+    assert read_ledger(named, key=KEY, expect={"run_id": "rollout-7"})
+    run = tmp_path / "y"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"run_id": "from-manifest", "config_sha256": "c" * 64}))
+    writer = LedgerWriter(run)
+    writer.append({"i": 1})
+    writer.freeze()
+    identity = json.loads((run / "manifest.json").read_text())["ledger_identity"]
+    assert identity == {"run_id": "from-manifest", "config_sha256": "c" * 64}
+
+
+def test_a_ledger_frozen_without_an_identity_is_refused_only_when_one_is_expected(
+    frozen: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(frozen, tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["ledger_identity"]
+    manifest["manifest_sha256"] = manifest_sha256(manifest)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert len(read_ledger(run)) == 20
+    assert main(["ledger", "verify", str(run), "--expect-run-id", "run"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["reason"] == "identity" and "no ledger_identity" in out["error"]

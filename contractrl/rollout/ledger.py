@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ContractRLError, InputFileError
-from ..validators.jsonvalue import canonical_json
+from ..validators.jsonvalue import canonical_json, sha256_json
 from ..validators.strict_json import ParseLimits, parse_json_text
 from .runfiles import LOCK_FILE, RunLock, atomic_write, is_tmp, tmp_path
 
@@ -170,6 +170,20 @@ def _shard_name(index: int) -> str:
     return f"shard-{index:05d}.parquet"
 
 
+def run_identity(run_dir: str | Path, manifest: dict[str, Any], run_id: str | None = None) -> dict[str, str]:
+    """The identity a freeze binds the seal to, so a sealed run copied over another is refused by a
+    reader that expects the other: ``run_id`` (the argument, else the manifest's ``run_id``, else
+    the run directory's name) and ``config_sha256`` (the manifest's, else the digest of its
+    ``config``, ``null`` when there is none)."""
+    if run_id is None:
+        named = manifest.get("run_id")
+        run_id = named if isinstance(named, str) and named else Path(run_dir).resolve().name
+    config_sha = manifest.get("config_sha256")
+    if not isinstance(config_sha, str):
+        config_sha = sha256_json(manifest.get("config"))
+    return {"run_id": run_id, "config_sha256": config_sha}
+
+
 class LedgerWriter:
     """Appends rows to a run directory's ledger in order; one writer per run, enforced.
 
@@ -185,11 +199,12 @@ class LedgerWriter:
     the number of rows already durable, so a caller resumes its rows from there.
     """
 
-    def __init__(self, run_dir: str | Path, shard_rows: int = 1000) -> None:
+    def __init__(self, run_dir: str | Path, shard_rows: int = 1000, *, run_id: str | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / LEDGER_DIR
         self.timing_dir = self.run_dir / TIMING_DIR
         self.shard_rows = shard_rows
+        self.run_id = run_id
         self._frozen = False
         self._pending: list[dict[str, Any]] = []
         self._pending_timing: list[dict[str, Any]] = []
@@ -251,8 +266,9 @@ class LedgerWriter:
 
     def freeze(self, *, key: bytes | str | None = None) -> str:
         """Flush, verify the files as a reader would, record the digests of the content and of every
-        file in the manifest, refuse every later write and release the lock. With a key (argument or
-        ``$CONTRACTRL_LEDGER_KEY``) the manifest is also sealed with an HMAC. Returns ``ledger_sha256``."""
+        file and the run's identity (:func:`run_identity`) in the manifest, refuse every later write
+        and release the lock. With a key (argument or ``$CONTRACTRL_LEDGER_KEY``) the manifest is also
+        sealed with an HMAC. Returns ``ledger_sha256``."""
         self.flush()
         secret = ledger_key(key)
         scan = scan_ledger(self.run_dir)
@@ -281,6 +297,7 @@ class LedgerWriter:
                 "ledger_head": self.head,
                 "ledger_format": LEDGER_FORMAT,
                 "ledger_files": files,
+                "ledger_identity": run_identity(self.run_dir, manifest, self.run_id),
             }
         )
         manifest["manifest_sha256"] = manifest_sha256(manifest)
@@ -665,13 +682,15 @@ def read_ledger(
     *,
     require_frozen: bool = True,
     key: bytes | str | None = None,
+    expect: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every row, decoded (:func:`decode_row`) and with its timing fields merged back, after
     verifying the ledger.
 
     A frozen ledger is verified in this order, each step before the next reads anything: the
-    manifest's own fields (and its HMAC when a key is set), the list of files (nothing missing,
-    nothing extra, no FIFO or link), each file's size and SHA-256, then the hash chain of the decoded rows and the row
+    manifest's own fields (and its HMAC when a key is set), the identity in ``expect`` (any of
+    ``run_id``, ``config_sha256``) when given, the list of files (nothing missing, nothing extra, no
+    FIFO or link), each file's size and SHA-256, then the hash chain of the decoded rows and the row
     count and head the manifest recorded. Any failure is a :class:`LedgerIntegrityError` that names
     the file and the first row that cannot be trusted; a file that fails its size or SHA-256 is
     never parsed.
@@ -688,6 +707,7 @@ def read_ledger(
     if frozen:
         _check_manifest_fields(manifest)
         _check_seal(manifest, ledger_key(key))
+        _check_identity(manifest, expect)
         _check_files(run, manifest, present)
     rows, where, head = _chain(run, shards)
     if frozen:
@@ -707,9 +727,32 @@ def read_ledger(
     return [decode_row(row) for row in rows]
 
 
-def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None) -> dict[str, Any]:
+def _check_identity(manifest: dict[str, Any], expect: dict[str, str] | None) -> None:
+    """The frozen identity (:func:`run_identity`) equal to every expected field given. Unkeyed, this
+    catches a run put in the wrong place; with a key, also a sealed run copied over another."""
+    wanted = {k: v for k, v in (expect or {}).items() if v is not None}
+    if not wanted:
+        return
+    unknown = set(wanted) - {"run_id", "config_sha256"}
+    if unknown:
+        raise LedgerError(f"unknown identity fields {sorted(unknown)}; expected run_id and/or config_sha256")
+    identity = manifest.get("ledger_identity")
+    if not isinstance(identity, dict):
+        raise LedgerIntegrityError(
+            "the manifest records no ledger_identity (frozen by an earlier version): it cannot be the expected run",
+            reason="identity",
+        )
+    for name, value in sorted(wanted.items()):
+        if identity.get(name) != value:
+            raise LedgerIntegrityError(
+                f"the ledger belongs to {name} {identity.get(name)!r}, not the expected {value!r}: another run's ledger",
+                reason="identity",
+            )
+
+
+def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None, expect: dict[str, str] | None = None) -> dict[str, Any]:
     """What ``contractrl ledger verify`` prints for a ledger that holds (raises otherwise)."""
-    rows = read_ledger(run_dir, require_frozen=True, key=key)
+    rows = read_ledger(run_dir, require_frozen=True, key=key, expect=expect)
     manifest = read_manifest(Path(run_dir))
     secret = ledger_key(key)
     return {
@@ -717,5 +760,6 @@ def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None) -> dic
         "rows": len(rows),
         "ledger_sha256": manifest["ledger_sha256"],
         "files": len(manifest["ledger_files"]),
+        "identity": manifest.get("ledger_identity"),
         "hmac": "verified" if secret is not None else ("present, not checked (no key)" if "ledger_hmac" in manifest else "none"),
     }

@@ -14,6 +14,8 @@ holds at freeze:
 - ``ledger_files``: ``{relative path: {"sha256", "bytes", "rows"}}`` for every shard and timing file,
   and nothing else may lie in the ledger folders;
 - ``ledger_format``: 2 (a frozen ledger without file digests is refused, not trusted);
+- ``ledger_identity``: ``{"run_id", "config_sha256"}`` (:func:`run_identity`), which a reader can
+  require (``expect``), so a run's sealed ledger copied over another run is refused;
 - ``manifest_sha256``: SHA-256 of the canonical manifest without itself and the HMAC, so an edit
   of any other field (config, seed, labels) is refused too;
 - ``ledger_hmac`` (optional): HMAC-SHA256, keyed with ``$CONTRACTRL_LEDGER_KEY``, of the whole
@@ -29,6 +31,13 @@ hashes) was sealed by someone holding the key; a reader with the key refuses an 
 Wall-clock fields (:data:`TIMING_FIELDS`) differ from run to run, so they are not chained: they go
 to ``ledger-timing/`` beside the shards, one timing file per shard, bound to their rows by row
 hash and protected by the file digests. :func:`read_ledger` returns each row with them merged back.
+
+A file that fails its size or SHA-256 is never parsed (a small file can decode to gigabytes).
+Before the freeze nothing binds the files, so the writer guards them instead: one writer per run
+directory (a lock), every file written whole (temporary file, fsync, rename), and a resume that
+verifies the shards it continues (:func:`scan_ledger`) or refuses with
+:class:`LedgerNeedsRepairError`; ``contractrl ledger repair`` (``ledger_repair.py``) then
+truncates to the last verified row.
 """
 
 from __future__ import annotations

@@ -102,3 +102,89 @@ def test_a_damaged_or_foreign_engine_pt_is_a_typed_refusal(tmp_path: Path, conte
     with pytest.raises(CheckpointError) as info:
         _engine(0).load(tmp_path)
     assert "\n" not in str(info.value) and ENGINE_FILE in str(info.value)
+
+
+# --- DeepSpeed: its loader unpickles fully, so its files are checked first ---------------------
+
+
+class _RecordingEngine:
+    """Stands in for a ``deepspeed.initialize`` engine: records whether DeepSpeed's loader ran."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+
+    def load_checkpoint(self, directory: str, **kwargs: Any) -> tuple[None, dict[str, Any]]:
+        self.loaded = True
+        return None, {"rng": {}}
+
+
+def _deepspeed_engine() -> Any:
+    from contractrl.trainer.engine import DeepSpeedEngine
+
+    engine = object.__new__(DeepSpeedEngine)  # no process group, no model: only load() is tested
+    engine.engine = _RecordingEngine()
+    return engine
+
+
+def test_deepspeed_checkpoint_files_with_a_payload_are_refused_before_deepspeed_opens_them(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    tag = tmp_path / "engine"
+    tag.mkdir()
+    # what DeepSpeed's own optimizer files hold passes the check, and DeepSpeed then loads
+    optim = {"loss_scaler": LossScaler(1), "zero_stage": ZeroStageEnum(2), "address": fragment_address(numel=3, start=0)}
+    torch.save({**optim, "state": torch.zeros(3)}, tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    torch.save({"module": {"w": torch.ones(2)}, "ds_version": "0"}, tag / "mp_rank_00_model_states.pt")
+    engine = _deepspeed_engine()
+    assert engine.load(tmp_path) == {"rng": {}} and engine.engine.loaded
+    # one crafted file, and DeepSpeed never opens any
+    torch.save({"module": {}, "client_state": {"rng": Payload()}}, tag / "mp_rank_00_model_states.pt")
+    MARKER.clear()
+    engine = _deepspeed_engine()
+    with pytest.raises(CheckpointError) as info:
+        engine.load(tmp_path)
+    assert MARKER == [] and not engine.engine.loaded
+    assert "\n" not in str(info.value) and "mp_rank_00_model_states.pt" in str(info.value) and "_ran" in str(info.value)
+
+
+_DEEPSPEED_ROUNDTRIP = """
+import os, random, socket, sys
+from pathlib import Path
+import torch, torch.distributed as dist
+sock = socket.socket(); sock.bind(("127.0.0.1", 0)); port = sock.getsockname()[1]; sock.close()
+os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+from contractrl.trainer.config import DeepSpeedConfig, OptimConfig
+from contractrl.trainer.engine import DeepSpeedEngine
+out = Path(sys.argv[1])
+for stage in (0, 2):
+    torch.manual_seed(0)
+    engine = DeepSpeedEngine(torch.nn.Linear(4, 3), OptimConfig(), 10, DeepSpeedConfig(zero_stage=stage), bf16=False)
+    engine.backward(engine.module(torch.ones(2, 4)).sum(), last=True)
+    engine.step()
+    engine.save(out / f"stage-{stage}", {"rng": {"python": random.getstate()}})
+    torch.manual_seed(1)
+    fresh = DeepSpeedEngine(torch.nn.Linear(4, 3), OptimConfig(), 10, DeepSpeedConfig(zero_stage=stage), bf16=False)
+    assert fresh.load(out / f"stage-{stage}")["rng"]["python"] == random.getstate()
+    for a, b in zip(engine.module.parameters(), fresh.module.parameters()):
+        assert torch.equal(a, b)
+print("resumed")
+"""
+
+
+def test_a_real_deepspeed_checkpoint_passes_the_check_and_resumes(tmp_path: Path) -> None:
+    """ZeRO 0 and 2 on the CPU, in a child process (DeepSpeed needs a process group of its own)."""
+    pytest.importorskip("deepspeed")
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run(
+        [sys.executable, "-c", _DEEPSPEED_ROUNDTRIP, str(tmp_path)], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert child.returncode == 0 and child.stdout.strip().endswith("resumed"), child.stderr[-3000:]

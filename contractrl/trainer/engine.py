@@ -9,21 +9,13 @@ optimizer step; on several ranks DeepSpeed averages the gradients at the last mi
 from __future__ import annotations
 
 import math
-import pickle
-import re
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ContractRLError
 from .config import DeepSpeedConfig, OptimConfig
+from .safe_load import CheckpointError, check_deepspeed_checkpoint, load_engine_state
 
 ENGINE_FILE = "engine.pt"
-_ENGINE_KEYS = frozenset({"optimizer", "scheduler", "trainable", "client_state"})
-
-
-class CheckpointError(ContractRLError):
-    """An engine checkpoint holds something other than tensors and plain values (a pickled object
-    that would run code when loaded), or is not an engine checkpoint at all."""
 
 
 def lr_lambda(optim: OptimConfig, total_steps: int) -> Any:
@@ -118,30 +110,6 @@ class TorchEngine:
         return dict(state["client_state"])
 
 
-def load_engine_state(path: Path) -> dict[str, Any]:
-    """The state :meth:`TorchEngine.save` wrote, loaded with ``weights_only=True``.
-
-    A checkpoint directory may come from someone else (a shared run, a copied ``runs/`` folder);
-    a full unpickler would run whatever code a crafted file names, so only tensors and plain
-    containers are accepted (the optimizer and schedule state and the RNG state are nothing else).
-    Anything more is a :class:`CheckpointError` naming the file and the refused global.
-    """
-    import torch
-
-    try:
-        state = torch.load(path, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
-        what = f"it names {found.group(1)}" if found else str(exc).strip().splitlines()[0][:200]
-        raise CheckpointError(f"{path}: refused, not a plain-tensor engine checkpoint ({what})") from None
-    except (RuntimeError, EOFError) as exc:  # not a torch zip archive: empty, truncated, garbage
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable engine checkpoint ({first})") from None
-    if not isinstance(state, dict) or set(state) != _ENGINE_KEYS or not isinstance(state["client_state"], dict):
-        raise CheckpointError(f"{path}: not an engine checkpoint (expected the keys {sorted(_ENGINE_KEYS)})")
-    return state
-
-
 class DeepSpeedEngine:
     """A ``deepspeed.initialize`` engine on the learner's device (the CPU accelerator works too)."""
 
@@ -198,6 +166,9 @@ class DeepSpeedEngine:
         self.engine.save_checkpoint(str(directory), tag=self.TAG, client_state=client_state, exclude_frozen_parameters=True)
 
     def load(self, directory: Path) -> dict[str, Any]:
+        # DeepSpeed unpickles its files fully: each is first read with weights_only=True and only
+        # DeepSpeed's own state classes allowed, so a crafted file is refused before DeepSpeed opens it
+        check_deepspeed_checkpoint(directory / self.TAG)
         _, client_state = self.engine.load_checkpoint(str(directory), tag=self.TAG, load_module_strict=False)
         if client_state is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint in {directory}")

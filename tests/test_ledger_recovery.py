@@ -274,13 +274,19 @@ def test_repair_keeps_the_verified_rows_before_a_broken_chain_inside_a_shard(
 def test_repair_quarantines_foreign_files_and_unfinished_writes(tmp_path: Path) -> None:
     run = _unfrozen(tmp_path / "run")
     (run / "ledger" / "notes.txt").write_text("not a shard")
+    (run / "ledger-timing" / ".notes.tmp").write_text("hidden, not the writer's")
     (run / "ledger" / ".shard-00003.parquet.tmp").write_bytes(b"half")
     with pytest.raises(LedgerNeedsRepairError, match="not a ledger file"):
         LedgerWriter(run)
     assert not (run / "ledger" / ".shard-00003.parquet.tmp").exists()  # resume drops unfinished writes itself
+    assert (run / "ledger-timing" / ".notes.tmp").exists()  # but only its own
     (run / "ledger" / ".shard-00003.parquet.tmp").write_bytes(b"half")
     out = repair_ledger(run)
-    assert out["rows"] == 8 and sorted(out["removed"]) == ["ledger/.shard-00003.parquet.tmp", "ledger/notes.txt"]
+    assert out["rows"] == 8 and sorted(out["removed"]) == [
+        "ledger-timing/.notes.tmp",
+        "ledger/.shard-00003.parquet.tmp",
+        "ledger/notes.txt",
+    ]
     assert (run / "quarantine-001" / "ledger" / "notes.txt").read_text() == "not a shard"
     assert repair_ledger(run) == {"ok": True, "repaired": False, "rows": 8, "ledger_head": out["ledger_head"]}
     assert LedgerWriter(run).count == 8

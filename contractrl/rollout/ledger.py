@@ -60,7 +60,7 @@ import pyarrow.parquet as pq
 from ..errors import ContractRLError, InputFileError
 from ..validators.jsonvalue import canonical_json, sha256_json
 from ..validators.strict_json import ParseLimits, parse_json_text
-from .runfiles import LOCK_FILE, RunLock, atomic_write, is_tmp, tmp_path
+from .runfiles import LOCK_FILE, RunLock, atomic_write, tmp_path
 
 GENESIS = "0" * 64
 LEDGER_DIR = "ledger"
@@ -91,6 +91,7 @@ IDENTITY_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 )
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SHARD = re.compile(r"shard-[0-9]{5}\.parquet")
+_UNFINISHED = re.compile(r"\.shard-[0-9]{5}\.parquet\.tmp")  # runfiles.tmp_path of a shard: a write cut short
 _MANIFEST_LIMITS = ParseLimits(max_bytes=64 * 1024 * 1024, max_depth=256)
 _READ_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError, RuntimeError, TypeError, KeyError, IndexError)
 
@@ -224,7 +225,7 @@ class LedgerWriter:
             raise LedgerLockedError(f"{self.run_dir} is being written by another ledger writer (it holds {LOCK_FILE})")
         self._lock = lock
         try:
-            self._refuse_frozen()  # frozen while this writer waited for the lock
+            self._refuse_frozen()  # frozen by the writer that held the lock until a moment ago
             self.dir.mkdir(exist_ok=True)
             self.timing_dir.mkdir(exist_ok=True)
             for stale in (*unfinished_writes(self.run_dir), tmp_path(self.run_dir / MANIFEST)):
@@ -477,7 +478,7 @@ class LedgerScan:
 
 def unfinished_writes(run: Path) -> list[Path]:
     """Temporary files left in the ledger folders by a write that was interrupted."""
-    return [path for name, path in sorted(_ledger_files(run).items()) if is_tmp(path.name)]
+    return [path for name, path in sorted(_ledger_files(run).items()) if _UNFINISHED.fullmatch(path.name)]
 
 
 def scan_ledger(run_dir: str | Path) -> LedgerScan:
@@ -489,7 +490,7 @@ def scan_ledger(run_dir: str | Path) -> LedgerScan:
     The files parsed here are not yet bound by any digest: they are the locked writer's own."""
     run = Path(run_dir)
     present = _ledger_files(run)
-    scan = LedgerScan(unfinished=sorted(name for name, path in present.items() if is_tmp(path.name)))
+    scan = LedgerScan(unfinished=sorted(name for name, path in present.items() if _UNFINISHED.fullmatch(path.name)))
     while True:
         base = _shard_name(scan.shards)
         shard, timing = f"{LEDGER_DIR}/{base}", f"{TIMING_DIR}/{base}"

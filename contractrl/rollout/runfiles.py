@@ -25,11 +25,6 @@ def tmp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{_TMP_SUFFIX}")
 
 
-def is_tmp(name: str) -> bool:
-    """Whether a file name is one :func:`tmp_path` makes: a write that never completed."""
-    return name.startswith(".") and name.endswith(_TMP_SUFFIX)
-
-
 def fsync_dir(path: Path) -> None:
     """Flush a directory's entries (a rename is durable only once its directory is)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -90,4 +85,4 @@ class RunLock:
         self.release()
 
 
-__all__ = ["LOCK_FILE", "RunLock", "atomic_write", "fsync_dir", "is_tmp", "tmp_path"]
+__all__ = ["LOCK_FILE", "RunLock", "atomic_write", "fsync_dir", "tmp_path"]

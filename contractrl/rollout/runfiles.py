@@ -10,6 +10,7 @@ the descriptor closes, including when the process dies, so a crash never leaves 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Callable
@@ -82,7 +83,8 @@ class RunLock:
             os.close(fd)
 
     def __del__(self) -> None:  # an abandoned writer must not keep its directory locked
-        self.release()
+        with contextlib.suppress(Exception):  # at interpreter exit the kernel closes the descriptor anyway
+            self.release()
 
 
 __all__ = ["LOCK_FILE", "RunLock", "atomic_write", "fsync_dir", "tmp_path"]

@@ -434,14 +434,31 @@ def _thresholds(text: str) -> tuple[float, ...]:
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Exit 0 with the ledger's digests, or 1 with a typed refusal: the reason, the file at fault
     and the first bad row where one can be named. Nothing a ledger folder holds ends in a traceback."""
-    from .rollout.ledger import LedgerError, LedgerIntegrityError, verify_ledger
+    from .rollout.ledger import verify_ledger
+
+    expect = {"run_id": args.expect_run_id, "config_sha256": args.expect_config_sha256}
+    return _ledger_action(lambda: verify_ledger(args.run_dir, expect=expect))
+
+
+def cmd_ledger_repair(args: argparse.Namespace) -> int:
+    """Exit 0 once the unfrozen ledger can be resumed (truncated to its last verified row, what it
+    removed moved to ``quarantine-NNN/``), or 1 with a typed refusal (frozen, being written)."""
+    from .rollout.ledger_repair import repair_ledger
+
+    return _ledger_action(lambda: repair_ledger(args.run_dir))
+
+
+def _ledger_action(action: Callable[[], dict[str, Any]]) -> int:
+    """Print a ledger action's result, or its typed refusal as JSON with exit 1: nothing a ledger
+    folder holds ends in a traceback."""
+    from .rollout.ledger import LedgerError, LedgerIntegrityError
 
     try:
-        _emit(verify_ledger(args.run_dir))
+        _emit(action())
     except LedgerIntegrityError as exc:
         _emit(exc.to_dict())
         return EXIT_REJECTED
-    except LedgerError as exc:  # not frozen, a bad key: still a refusal of this ledger
+    except LedgerError as exc:  # not frozen, frozen, locked, a bad key: still a refusal of this ledger
         _emit({"ok": False, "reason": "ledger", "shard": None, "first_bad_row": None, "error": str(exc)})
         return EXIT_REJECTED
     return EXIT_OK
@@ -675,7 +692,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 if every file digest, the hash chain, the frozen digest (and the HMAC, with a key) hold, 1 otherwise",
     )
     verify.add_argument("run_dir")
+    verify.add_argument("--expect-run-id", help="refuse unless the ledger was frozen for this run id (manifest ledger_identity)")
+    verify.add_argument("--expect-config-sha256", help="refuse unless the ledger was frozen for a config with this SHA-256")
     verify.set_defaults(func=cmd_ledger_verify)
+    repair = ledger_sub.add_parser(
+        "repair",
+        help="truncate an unfrozen ledger to its last verified row so it can resume; removed files go to quarantine-NNN/",
+    )
+    repair.add_argument("run_dir")
+    repair.set_defaults(func=cmd_ledger_repair)
 
     screen = sub.add_parser("screen", help="the BFCL mechanism screen (a protocol check, not a learned result)")
     screen.add_argument("--bfcl", required=True, help="BFCL data directory with possible_answer/")

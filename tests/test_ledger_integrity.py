@@ -293,3 +293,103 @@ def test_a_manifest_that_is_not_a_json_object_is_a_typed_refusal(
 def test_a_missing_run_directory_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ledger", "verify", str(tmp_path / "nowhere")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_a_decompression_bomb_in_place_of_a_shard_is_refused_without_parsing_it(
+    frozen: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a kilobyte that decodes to 200 MB (one dictionary value repeated): its size and digest
+    are not the frozen ones, so it is refused before any parquet reader opens it (issue 49 §4)."""
+    run = _copy(frozen, tmp_path)
+    bomb = run / "ledger" / "shard-00001.parquet"
+    n = 200_000
+    column = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array(["x" * 1000]))
+    options = {"compression": "zstd", "write_statistics": False, "data_page_size": 1 << 30, "store_schema": False}
+    pq.write_table(pa.table({"text": column}), bomb, **options)
+    assert bomb.stat().st_size < 1024 and pq.ParquetFile(bomb).metadata.num_rows == n
+    parsed: list[Path] = []
+    original = pq.read_table
+
+    def spy(source: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(Path(source))
+        return original(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", spy)
+    with pytest.raises(LedgerIntegrityError) as info:
+        read_ledger(run)
+    assert info.value.reason == "file_size" and info.value.row == 8  # shard 1 starts at row 8
+    out = _refused(run, capsys)
+    assert out["shard"] == "ledger/shard-00001.parquet" and out["first_bad_row"] == 8 and "not parsed" in out["error"]
+    assert parsed == []  # nothing is parsed before every file holds: not the bomb, not the others
+    # the same file under the frozen size (padded) fails on its digest, still unparsed
+    pad = json.loads((run / "manifest.json").read_text())["ledger_files"]["ledger/shard-00001.parquet"]["bytes"]
+    data = bomb.read_bytes()
+    assert len(data) < pad
+    bomb.write_bytes(data + b"\0" * (pad - len(data)))
+    assert _refused(run, capsys)["reason"] == "file_sha256" and parsed == []
+
+
+def _sealed(run: Path, **identity: str) -> Path:
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"kind": "contractrl.rollout", "config": {"policy": "h"}, "seed": 1}))
+    writer = LedgerWriter(run, shard_rows=4, **identity)
+    for i in range(6):
+        writer.append({"i": i})
+    writer.freeze(key=KEY)
+    return run
+
+
+def test_a_sealed_run_copied_over_another_is_refused_by_its_expected_identity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    a, b = _sealed(tmp_path / "a"), _sealed(tmp_path / "b")
+    config_sha = json.loads((b / "manifest.json").read_text())["ledger_identity"]["config_sha256"]
+    assert json.loads((b / "manifest.json").read_text())["ledger_identity"] == {"run_id": "b", "config_sha256": config_sha}
+    assert main(["ledger", "verify", str(b), "--expect-run-id", "b", "--expect-config-sha256", config_sha]) == 0
+    assert json.loads(capsys.readouterr().out)["identity"]["run_id"] == "b"
+    shutil.rmtree(b)
+    shutil.copytree(a, b)  # the same config, the same rows, a valid seal: only the identity differs
+    assert main(["ledger", "verify", str(b)]) == 0  # without an expectation a copy is self-consistent
+    capsys.readouterr()
+    assert main(["ledger", "verify", str(b), "--expect-run-id", "b"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["reason"] == "identity" and "'a'" in out["error"] and "'b'" in out["error"]
+    with pytest.raises(LedgerIntegrityError, match="config_sha256"):
+        read_ledger(b, expect={"config_sha256": "0" * 64})
+    # rewriting the identity to the expected one breaks the seal
+    manifest = json.loads((b / "manifest.json").read_text())
+    manifest["ledger_identity"]["run_id"] = "b"
+    manifest["manifest_sha256"] = manifest_sha256(manifest)
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["ledger", "verify", str(b), "--expect-run-id", "b"]) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == "hmac"
+
+
+def test_the_run_id_comes_from_the_writer_then_the_manifest_then_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    named = _sealed(tmp_path / "x", run_id="rollout-7")
+    assert read_ledger(named, key=KEY, expect={"run_id": "rollout-7"})
+    run = tmp_path / "y"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"run_id": "from-manifest", "config_sha256": "c" * 64}))
+    writer = LedgerWriter(run)
+    writer.append({"i": 1})
+    writer.freeze()
+    identity = json.loads((run / "manifest.json").read_text())["ledger_identity"]
+    assert identity == {"run_id": "from-manifest", "config_sha256": "c" * 64}
+
+
+def test_a_ledger_frozen_without_an_identity_is_refused_only_when_one_is_expected(
+    frozen: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(frozen, tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["ledger_identity"]
+    manifest["manifest_sha256"] = manifest_sha256(manifest)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert len(read_ledger(run)) == 20
+    assert main(["ledger", "verify", str(run), "--expect-run-id", "run"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["reason"] == "identity" and "no ledger_identity" in out["error"]

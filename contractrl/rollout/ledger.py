@@ -14,6 +14,8 @@ holds at freeze:
 - ``ledger_files``: ``{relative path: {"sha256", "bytes", "rows"}}`` for every shard and timing file,
   and nothing else may lie in the ledger folders;
 - ``ledger_format``: 2 (a frozen ledger without file digests is refused, not trusted);
+- ``ledger_identity``: ``{"run_id", "config_sha256"}`` (:func:`run_identity`), which a reader can
+  require (``expect``), so a run's sealed ledger copied over another run is refused;
 - ``manifest_sha256``: SHA-256 of the canonical manifest without itself and the HMAC, so an edit
   of any other field (config, seed, labels) is refused too;
 - ``ledger_hmac`` (optional): HMAC-SHA256, keyed with ``$CONTRACTRL_LEDGER_KEY``, of the whole
@@ -29,6 +31,13 @@ hashes) was sealed by someone holding the key; a reader with the key refuses an 
 Wall-clock fields (:data:`TIMING_FIELDS`) differ from run to run, so they are not chained: they go
 to ``ledger-timing/`` beside the shards, one timing file per shard, bound to their rows by row
 hash and protected by the file digests. :func:`read_ledger` returns each row with them merged back.
+
+A file that fails its size or SHA-256 is never parsed (a small file can decode to gigabytes).
+Before the freeze nothing binds the files, so the writer guards them instead: one writer per run
+directory (a lock), every file written whole (temporary file, fsync, rename), and a resume that
+verifies the shards it continues (:func:`scan_ledger`) or refuses with
+:class:`LedgerNeedsRepairError`; ``contractrl ledger repair`` (``ledger_repair.py``) then
+truncates to the last verified row.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ import os
 import re
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +58,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ContractRLError, InputFileError
-from ..validators.jsonvalue import canonical_json
+from ..validators.jsonvalue import canonical_json, sha256_json
 from ..validators.strict_json import ParseLimits, parse_json_text
+from .runfiles import LOCK_FILE, RunLock, atomic_write, tmp_path
 
 GENESIS = "0" * 64
 LEDGER_DIR = "ledger"
@@ -79,6 +91,7 @@ IDENTITY_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 )
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SHARD = re.compile(r"shard-[0-9]{5}\.parquet")
+_UNFINISHED = re.compile(r"\.shard-[0-9]{5}\.parquet\.tmp")  # runfiles.tmp_path of a shard: a write cut short
 _MANIFEST_LIMITS = ParseLimits(max_bytes=64 * 1024 * 1024, max_depth=256)
 _READ_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError, RuntimeError, TypeError, KeyError, IndexError)
 
@@ -89,6 +102,10 @@ class LedgerError(ContractRLError):
 
 class LedgerFrozenError(LedgerError):
     """A write to a ledger that has been frozen."""
+
+
+class LedgerLockedError(LedgerError):
+    """Another writer holds the run directory: two writers would interleave their shards."""
 
 
 class LedgerIntegrityError(LedgerError):
@@ -106,6 +123,22 @@ class LedgerIntegrityError(LedgerError):
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": False, "reason": self.reason, "shard": self.shard, "first_bad_row": self.row, "error": str(self)}
+
+
+class LedgerNeedsRepairError(LedgerIntegrityError):
+    """An unfrozen ledger cannot be resumed as it stands (a missing, torn or foreign file, a gap in
+    the shard indices, a broken chain): resuming would write over or after rows that do not hold.
+    ``contractrl ledger repair`` truncates it to its last verified row, keeping what it removes."""
+
+    @classmethod
+    def of(cls, run: Path, cause: LedgerIntegrityError, action: str = "resume") -> LedgerNeedsRepairError:
+        return cls(
+            f"cannot {action} the ledger of {run}: {cause}; `contractrl ledger repair {run}` truncates it to its last "
+            f"verified row and moves what it removes to {run}/quarantine-NNN/",
+            cause.row,
+            shard=cause.shard,
+            reason=cause.reason,
+        )
 
 
 def row_hash(prev_hash: str, row: dict[str, Any]) -> str:
@@ -147,38 +180,74 @@ def _shard_name(index: int) -> str:
     return f"shard-{index:05d}.parquet"
 
 
+def run_identity(run_dir: str | Path, manifest: dict[str, Any], run_id: str | None = None) -> dict[str, str]:
+    """The identity a freeze binds the seal to, so a sealed run copied over another is refused by a
+    reader that expects the other: ``run_id`` (the argument, else the manifest's ``run_id``, else
+    the run directory's name) and ``config_sha256`` (the manifest's, else the digest of its
+    ``config``, ``null`` when there is none)."""
+    if run_id is None:
+        named = manifest.get("run_id")
+        run_id = named if isinstance(named, str) and named else Path(run_dir).resolve().name
+    config_sha = manifest.get("config_sha256")
+    if not isinstance(config_sha, str):
+        config_sha = sha256_json(manifest.get("config"))
+    return {"run_id": run_id, "config_sha256": config_sha}
+
+
 class LedgerWriter:
-    """Appends rows to a run directory's ledger in order; one writer per run.
+    """Appends rows to a run directory's ledger in order; one writer per run, enforced.
 
     Rows are plain dicts of JSON values. Nested values are stored as canonical JSON text so that the
     parquet schema stays flat and readable with pandas. :data:`TIMING_FIELDS` go to the timing file.
+
+    The writer holds an exclusive lock on the run directory from construction until :meth:`freeze`,
+    :meth:`close` or the end of the process; a second writer gets :class:`LedgerLockedError`. Each
+    flush writes the shard, then its timing file, each atomically (:func:`runfiles.atomic_write`), so
+    a crash leaves whole files only. On an existing ledger the writer resumes after verifying it
+    (:func:`scan_ledger`: contiguous shard indices, every shard with its timing file, the chain); a
+    ledger that does not hold is a :class:`LedgerNeedsRepairError`, never written over. ``count`` is
+    the number of rows already durable, so a caller resumes its rows from there.
     """
 
-    def __init__(self, run_dir: str | Path, shard_rows: int = 1000) -> None:
+    def __init__(self, run_dir: str | Path, shard_rows: int = 1000, *, run_id: str | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / LEDGER_DIR
         self.timing_dir = self.run_dir / TIMING_DIR
-        if read_manifest(self.run_dir).get("ledger_sha256"):
-            raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.timing_dir.mkdir(parents=True, exist_ok=True)
         self.shard_rows = shard_rows
+        self.run_id = run_id
         self._frozen = False
         self._pending: list[dict[str, Any]] = []
         self._pending_timing: list[dict[str, Any]] = []
-        existing = sorted(self.dir.glob("shard-*.parquet"))
-        self._next_shard = len(existing)
-        self.count = 0
-        self.head = GENESIS
-        for shard in existing:  # resume: continue the chain where it stopped
-            for row in _read_rows(shard, self.run_dir):
-                self.count += 1
-                self.head = row["row_hash"]
+        self._refuse_frozen()  # before the lock: a frozen run may lie on read-only storage
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock.try_acquire(self.run_dir)
+        if lock is None:
+            raise LedgerLockedError(f"{self.run_dir} is being written by another ledger writer (it holds {LOCK_FILE})")
+        self._lock = lock
+        try:
+            self._refuse_frozen()  # frozen by the writer that held the lock until a moment ago
+            self.dir.mkdir(exist_ok=True)
+            self.timing_dir.mkdir(exist_ok=True)
+            for stale in (*unfinished_writes(self.run_dir), tmp_path(self.run_dir / MANIFEST)):
+                stale.unlink(missing_ok=True)  # under the lock: writes that never completed, no row of the chain
+            scan = scan_ledger(self.run_dir)
+            if scan.failure is not None:
+                raise LedgerNeedsRepairError.of(self.run_dir, scan.failure)
+        except BaseException:
+            self.close()
+            raise
+        self._next_shard = scan.shards
+        self.count = scan.count
+        self.head = scan.head
+
+    def _refuse_frozen(self) -> None:
+        if read_manifest(self.run_dir).get("ledger_sha256"):
+            raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
 
     def append(self, row: dict[str, Any]) -> str:
         """Chain and buffer one row; returns its hash."""
-        if self._frozen:
-            raise LedgerFrozenError(f"the ledger of {self.run_dir} is frozen; it cannot be written to")
+        if self._frozen or not self._lock.held:
+            raise LedgerFrozenError(f"the ledger writer of {self.run_dir} is frozen or closed; it cannot be written to")
         if "row_hash" in row or "prev_hash" in row:
             raise LedgerError("rows must not carry their own chain fields")
         # hash exactly what is stored, so a reader recomputes the same chain from the file
@@ -193,30 +262,41 @@ class LedgerWriter:
         return self.head
 
     def flush(self) -> None:
+        """Write the buffered rows as the next shard, then its timing file. The shard's rename is
+        the commit point; a crash before the timing file's leaves a shard that resume refuses and
+        ``ledger repair`` moves aside. The buffer is kept until both files are written."""
         if not self._pending:
             return
         name = _shard_name(self._next_shard)
-        pq.write_table(pa.Table.from_pylist(self._pending), self.dir / name, compression="zstd")
-        pq.write_table(pa.Table.from_pylist(self._pending_timing), self.timing_dir / name, compression="zstd")
+        _write_parquet(self._pending, self.dir / name)
+        _write_parquet(self._pending_timing, self.timing_dir / name)
         self._next_shard += 1
         self._pending = []
         self._pending_timing = []
 
     def freeze(self, *, key: bytes | str | None = None) -> str:
-        """Flush, record the digests of the content and of every file in the manifest, and refuse
-        every later write. With a key (argument or ``$CONTRACTRL_LEDGER_KEY``) the manifest is also
+        """Flush, verify the files as a reader would, record the digests of the content and of every
+        file and the run's identity (:func:`run_identity`) in the manifest, refuse every later write
+        and release the lock. With a key (argument or ``$CONTRACTRL_LEDGER_KEY``) the manifest is also
         sealed with an HMAC. Returns ``ledger_sha256``."""
         self.flush()
         secret = ledger_key(key)
+        scan = scan_ledger(self.run_dir)
+        if scan.failure is not None:
+            raise LedgerNeedsRepairError.of(self.run_dir, scan.failure, action="freeze")
+        if scan.unfinished:
+            raise LedgerError(f"cannot freeze {self.run_dir}: {scan.unfinished[0]} is a write that did not finish")
+        if (scan.count, scan.head) != (self.count, self.head):
+            raise LedgerIntegrityError(
+                f"cannot freeze {self.run_dir}: its files hold {scan.count} rows, this writer wrote {self.count}",
+                min(scan.count, self.count),
+                reason="row_count",
+            )
         digest = ledger_digest(self.count, self.head)
         files = {}
-        for folder in (LEDGER_DIR, TIMING_DIR):
-            for path in sorted((self.run_dir / folder).iterdir()):
-                name = f"{folder}/{path.name}"
-                if not _SHARD.fullmatch(path.name):
-                    raise LedgerError(f"{name}: not a ledger file; the ledger folders hold only shard-NNNNN.parquet")
-                sha, size = _file_digest(path, name)
-                files[name] = {"sha256": sha, "bytes": size, "rows": len(_read_rows(path, self.run_dir))}
+        for name, rows in sorted(scan.files.items()):
+            sha, size = _file_digest(self.run_dir / name, name)
+            files[name] = {"sha256": sha, "bytes": size, "rows": rows}
         manifest = read_manifest(self.run_dir)
         manifest.pop("ledger_hmac", None)
         manifest.pop("manifest_sha256", None)
@@ -227,22 +307,42 @@ class LedgerWriter:
                 "ledger_head": self.head,
                 "ledger_format": LEDGER_FORMAT,
                 "ledger_files": files,
+                "ledger_identity": run_identity(self.run_dir, manifest, self.run_id),
             }
         )
         manifest["manifest_sha256"] = manifest_sha256(manifest)
         if secret is not None:
             manifest["ledger_hmac"] = manifest_hmac(manifest, secret)
-        tmp = self.run_dir / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        tmp.replace(self.run_dir / MANIFEST)
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        _atomic_write(self.run_dir / MANIFEST, lambda tmp: tmp.write_text(text))
         self._frozen = True
+        self.close()
         return digest
+
+    def close(self) -> None:
+        """Release the run directory's lock without flushing (what a crash does); later appends are
+        refused. :meth:`freeze` and leaving a ``with`` block call it."""
+        self._lock.release()
 
     def __enter__(self) -> LedgerWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.flush()
+        try:
+            if self._lock.held:
+                self.flush()
+        finally:
+            self.close()
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Every ledger file goes through here (one place for crash-injection tests to interrupt)."""
+    atomic_write(path, write)
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    table = pa.Table.from_pylist(rows)
+    _atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def _cell(name: str, value: Any) -> Any:
@@ -324,33 +424,140 @@ def _iter_rows(shards: list[Path], run_dir: Path) -> Iterator[tuple[str, dict[st
             yield name, row
 
 
+def _check_row(head: str, row: dict[str, Any], index: int, name: str) -> str:
+    """The row's hash when it follows ``head`` and hashes to what it stores; a typed refusal otherwise."""
+    if row.get("prev_hash") != head:
+        raise LedgerIntegrityError(
+            f"row {index} does not follow row {index - 1}: the chain is broken", index, shard=name, reason="chain"
+        )
+    try:
+        expected = row_hash(head, row)
+    except (TypeError, ValueError) as exc:  # NaN, a timestamp or binary column: not JSON
+        raise LedgerIntegrityError(
+            f"row {index} holds a value that is not JSON ({exc}): the file was rewritten",
+            index,
+            shard=name,
+            reason="not_json",
+        ) from None
+    if row.get("row_hash") != expected:
+        raise LedgerIntegrityError(
+            f"row {index} was modified after it was written (hash mismatch)", index, shard=name, reason="row_hash"
+        )
+    return expected
+
+
 def _chain(run: Path, shards: list[Path]) -> tuple[list[dict[str, Any]], list[str], str]:
     """Every row with the chain verified; (rows, the shard of each row, the head)."""
     rows: list[dict[str, Any]] = []
     where: list[str] = []
     head = GENESIS
     for index, (name, row) in enumerate(_iter_rows(shards, run)):
-        if row.get("prev_hash") != head:
-            raise LedgerIntegrityError(
-                f"row {index} does not follow row {index - 1}: the chain is broken", index, shard=name, reason="chain"
-            )
-        try:
-            expected = row_hash(head, row)
-        except (TypeError, ValueError) as exc:  # NaN, a timestamp or binary column: not JSON
-            raise LedgerIntegrityError(
-                f"row {index} holds a value that is not JSON ({exc}): the file was rewritten",
-                index,
-                shard=name,
-                reason="not_json",
-            ) from None
-        if row.get("row_hash") != expected:
-            raise LedgerIntegrityError(
-                f"row {index} was modified after it was written (hash mismatch)", index, shard=name, reason="row_hash"
-            )
-        head = expected
+        head = _check_row(head, row, index, name)
         rows.append(row)
         where.append(name)
     return rows, where, head
+
+
+@dataclass
+class LedgerScan:
+    """An unfrozen ledger up to its first fault: what a writer resumes from and ``ledger repair``
+    keeps. ``shards`` whole shards (``shard-00000`` on) verified, with their timing files; ``files``
+    maps each verified file to its rows. ``failure`` is the first fault, ``salvage`` the verified
+    rows (and their timings) of the shard it lies in, ``unfinished`` the temporary files of writes
+    that never completed and ``beyond`` every other entry of the ledger folders after the fault."""
+
+    count: int = 0
+    head: str = GENESIS
+    shards: int = 0
+    files: dict[str, int] = dataclass_field(default_factory=dict)
+    failure: LedgerIntegrityError | None = None
+    salvage: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+    unfinished: list[str] = dataclass_field(default_factory=list)
+    beyond: list[str] = dataclass_field(default_factory=list)
+
+
+def unfinished_writes(run: Path) -> list[Path]:
+    """Temporary files left in the ledger folders by a write that was interrupted."""
+    return [path for name, path in sorted(_ledger_files(run).items()) if _UNFINISHED.fullmatch(path.name)]
+
+
+def scan_ledger(run_dir: str | Path) -> LedgerScan:
+    """Verify an unfrozen ledger shard by shard, in index order, stopping at the first fault: a
+    shard without its timing file (or the reverse), an unreadable file, a broken chain, a timing
+    file that lists other rows, or, after the last whole shard, any other entry (a gap in the
+    indices, a foreign file). Nothing is written. A frozen ledger is checked by :func:`read_ledger`.
+
+    The files parsed here are not yet bound by any digest: they are the locked writer's own."""
+    run = Path(run_dir)
+    present = _ledger_files(run)
+    scan = LedgerScan(unfinished=sorted(name for name, path in present.items() if _UNFINISHED.fullmatch(path.name)))
+    while True:
+        base = _shard_name(scan.shards)
+        shard, timing = f"{LEDGER_DIR}/{base}", f"{TIMING_DIR}/{base}"
+        if shard not in present and timing not in present:
+            break
+        try:
+            rows, timings = _scan_shard(run, present, shard, timing, scan)
+        except LedgerIntegrityError as exc:
+            scan.failure = exc
+            break
+        scan.files[shard], scan.files[timing] = len(rows), len(timings)
+        scan.count += len(rows)
+        scan.head = rows[-1]["row_hash"] if rows else scan.head
+        scan.shards += 1
+    scan.beyond = sorted(name for name in present if name not in scan.files and name not in scan.unfinished)
+    if scan.failure is None and scan.beyond:
+        first = scan.beyond[0]
+        if _SHARD.fullmatch(first.split("/", 1)[1]):
+            message = f"{first}: {_shard_name(scan.shards)} is missing before it (shard indices run 0, 1, 2, ... without a gap)"
+            scan.failure = LedgerIntegrityError(message, scan.count, shard=first, reason="gap")
+        else:
+            message = f"{first}: not a ledger file; the ledger folders hold only shard-NNNNN.parquet"
+            scan.failure = LedgerIntegrityError(message, scan.count, shard=first, reason="unlisted_file")
+    return scan
+
+
+def _scan_shard(
+    run: Path, present: dict[str, Path], shard: str, timing: str, scan: LedgerScan
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One shard and its timing file, chained after ``scan``; on a chain fault inside the shard its
+    verified rows (with matching timings) are left in ``scan.salvage``."""
+    if shard not in present:
+        message = f"{timing}: a timing file without its shard {shard}"
+        raise LedgerIntegrityError(message, scan.count, shard=timing, reason="missing_file")
+    if timing not in present:
+        raise LedgerIntegrityError(
+            f"{shard}: its timing file {timing} is missing (a write that did not finish)",
+            scan.count,
+            shard=shard,
+            reason="missing_file",
+        )
+    rows = _read_rows(present[shard], run)
+    head = scan.head
+    for offset, row in enumerate(rows):
+        try:
+            head = _check_row(head, row, scan.count + offset, shard)
+        except LedgerIntegrityError:
+            scan.salvage = _salvage(run, present[timing], rows[:offset])
+            raise
+    timings = _read_rows(present[timing], run)
+    if len(timings) != len(rows) or any(t.get("row_hash") != r["row_hash"] for t, r in zip(timings, rows, strict=False)):
+        raise LedgerIntegrityError(f"{timing}: its rows are not the rows of {shard}", scan.count, shard=timing, reason="timing")
+    return rows, timings
+
+
+def _salvage(run: Path, timing: Path, good: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The verified rows before a chain fault with their timings, or nothing when the timing file
+    cannot vouch for them (a row is never kept without its timing entry)."""
+    if not good:
+        return [], []
+    try:
+        timings = _read_rows(timing, run)
+    except LedgerIntegrityError:
+        return [], []
+    if len(timings) < len(good) or any(t.get("row_hash") != r["row_hash"] for t, r in zip(timings, good, strict=False)):
+        return [], []
+    return good, timings[: len(good)]
 
 
 def _check_manifest_fields(manifest: dict[str, Any]) -> None:
@@ -420,40 +627,45 @@ def _ledger_files(run: Path) -> dict[str, Path]:
     return out
 
 
+def _ledger_order(name: str) -> tuple[str, int, str]:
+    """Files in the order of their rows: shard by shard, each shard before its timing file."""
+    folder, _, base = name.partition("/")
+    return (base, 0 if folder == LEDGER_DIR else 1, folder)
+
+
 def _check_files(run: Path, manifest: dict[str, Any], present: dict[str, Path]) -> None:
-    """Every recorded file present, regular, of its size and SHA-256; nothing else in the folders."""
+    """Every recorded file present, regular, of its size and SHA-256; nothing else in the folders.
+
+    Nothing is parsed here, and a file whose size or SHA-256 is not the frozen one is never parsed
+    at all: a small file in place of a shard can expand to gigabytes (a decompression bomb)."""
     recorded: dict[str, dict[str, Any]] = manifest["ledger_files"]
     for name in sorted(present.keys() - recorded.keys()):
         raise LedgerIntegrityError(f"{name}: a file the frozen manifest does not list", shard=name, reason="unlisted_file")
     for name in sorted(recorded.keys() - present.keys()):
         raise LedgerIntegrityError(f"{name}: listed in the manifest but missing", shard=name, reason="missing_file")
-    for name in sorted(recorded):
+    for name in sorted(recorded, key=_ledger_order):
         info = _regular_file(present[name], name)
         if info.st_size != recorded[name]["bytes"]:
-            raise LedgerIntegrityError(
-                f"{name}: {info.st_size} bytes, but {recorded[name]['bytes']} were frozen", shard=name, reason="file_size"
+            raise _unparsed(
+                manifest, name, f"{name}: {info.st_size} bytes, but {recorded[name]['bytes']} were frozen", "file_size"
             )
         sha, _ = _file_digest(present[name], name)
         if sha != recorded[name]["sha256"]:
-            raise LedgerIntegrityError(
-                f"{name}: SHA-256 {sha[:16]}... differs from the frozen {recorded[name]['sha256'][:16]}...",
-                shard=name,
-                reason="file_sha256",
-            )
+            message = f"{name}: SHA-256 {sha[:16]}... differs from the frozen {recorded[name]['sha256'][:16]}..."
+            raise _unparsed(manifest, name, message, "file_sha256")
 
 
-def _diagnose(run: Path, shards: list[Path], error: LedgerIntegrityError) -> LedgerIntegrityError:
-    """After a file check failed: read what can be read to name the first bad row, if a row changed."""
-    try:
-        _chain(run, shards)
-    except LedgerIntegrityError as found:
-        if found.row is not None:
-            return LedgerIntegrityError(f"{error}; {found}", found.row, shard=error.shard, reason=found.reason)
-        return error
+def _unparsed(manifest: dict[str, Any], name: str, message: str, reason: str) -> LedgerIntegrityError:
+    """A file that is not the frozen one, named with the first row it holds (from the verified
+    manifest's row counts of the shards before it), without reading a byte of it as parquet."""
+    base = name.partition("/")[2]
+    first = sum(
+        entry["rows"]
+        for other, entry in manifest["ledger_files"].items()
+        if other.startswith(LEDGER_DIR + "/") and other.partition("/")[2] < base
+    )
     return LedgerIntegrityError(
-        f"{error}; every row still hashes: metadata, statistics, encoding or timings were edited",
-        shard=error.shard,
-        reason=error.reason,
+        f"{message}; not parsed: its rows, from row {first} on, cannot be trusted", first, shard=name, reason=reason
     )
 
 
@@ -475,15 +687,23 @@ def _merge_timing(run: Path, rows: list[dict[str, Any]], where: list[str], shard
         start += count
 
 
-def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes | str | None = None) -> list[dict[str, Any]]:
+def read_ledger(
+    run_dir: str | Path,
+    *,
+    require_frozen: bool = True,
+    key: bytes | str | None = None,
+    expect: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Every row, decoded (:func:`decode_row`) and with its timing fields merged back, after
     verifying the ledger.
 
     A frozen ledger is verified in this order, each step before the next reads anything: the
-    manifest's own fields (and its HMAC when a key is set), the list of files (nothing missing,
-    nothing extra, no FIFO or link), each file's size and SHA-256, then the hash chain of the
-    decoded rows and the row count and head the manifest recorded. Any failure is a
-    :class:`LedgerIntegrityError` that names the file and, where a row changed, the first bad row.
+    manifest's own fields (and its HMAC when a key is set), the identity in ``expect`` (any of
+    ``run_id``, ``config_sha256``) when given, the list of files (nothing missing, nothing extra, no
+    FIFO or link), each file's size and SHA-256, then the hash chain of the decoded rows and the row
+    count and head the manifest recorded. Any failure is a :class:`LedgerIntegrityError` that names
+    the file and the first row that cannot be trusted; a file that fails its size or SHA-256 is
+    never parsed.
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -497,12 +717,8 @@ def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes 
     if frozen:
         _check_manifest_fields(manifest)
         _check_seal(manifest, ledger_key(key))
-        try:
-            _check_files(run, manifest, present)
-        except LedgerIntegrityError as exc:
-            if exc.reason in ("file_sha256", "file_size", "unlisted_file"):
-                raise _diagnose(run, shards, exc) from None
-            raise
+        _check_identity(manifest, expect)
+        _check_files(run, manifest, present)
     rows, where, head = _chain(run, shards)
     if frozen:
         if len(rows) != manifest["ledger_rows"]:
@@ -521,9 +737,32 @@ def read_ledger(run_dir: str | Path, *, require_frozen: bool = True, key: bytes 
     return [decode_row(row) for row in rows]
 
 
-def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None) -> dict[str, Any]:
+def _check_identity(manifest: dict[str, Any], expect: dict[str, str] | None) -> None:
+    """The frozen identity (:func:`run_identity`) equal to every expected field given. Unkeyed, this
+    catches a run put in the wrong place; with a key, also a sealed run copied over another."""
+    wanted = {k: v for k, v in (expect or {}).items() if v is not None}
+    if not wanted:
+        return
+    unknown = set(wanted) - {"run_id", "config_sha256"}
+    if unknown:
+        raise LedgerError(f"unknown identity fields {sorted(unknown)}; expected run_id and/or config_sha256")
+    identity = manifest.get("ledger_identity")
+    if not isinstance(identity, dict):
+        raise LedgerIntegrityError(
+            "the manifest records no ledger_identity (frozen by an earlier version): it cannot be the expected run",
+            reason="identity",
+        )
+    for name, value in sorted(wanted.items()):
+        if identity.get(name) != value:
+            raise LedgerIntegrityError(
+                f"the ledger belongs to {name} {identity.get(name)!r}, not the expected {value!r}: another run's ledger",
+                reason="identity",
+            )
+
+
+def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None, expect: dict[str, str] | None = None) -> dict[str, Any]:
     """What ``contractrl ledger verify`` prints for a ledger that holds (raises otherwise)."""
-    rows = read_ledger(run_dir, require_frozen=True, key=key)
+    rows = read_ledger(run_dir, require_frozen=True, key=key, expect=expect)
     manifest = read_manifest(Path(run_dir))
     secret = ledger_key(key)
     return {
@@ -531,5 +770,6 @@ def verify_ledger(run_dir: str | Path, *, key: bytes | str | None = None) -> dic
         "rows": len(rows),
         "ledger_sha256": manifest["ledger_sha256"],
         "files": len(manifest["ledger_files"]),
+        "identity": manifest.get("ledger_identity"),
         "hmac": "verified" if secret is not None else ("present, not checked (no key)" if "ledger_hmac" in manifest else "none"),
     }

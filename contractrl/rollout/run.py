@@ -114,9 +114,12 @@ class RolloutRun:
     def write(self, rows: Iterable[dict[str, Any]]) -> str:
         """Append the rows in order and freeze; returns ``ledger_sha256``."""
         writer = LedgerWriter(self.path)
-        for row in rows:
-            writer.append(row)
-        return writer.freeze()
+        try:
+            for row in rows:
+                writer.append(row)
+            return writer.freeze()
+        finally:
+            writer.close()  # an interrupted run unlocks its directory now, not when collected
 
     @property
     def manifest(self) -> dict[str, Any]:

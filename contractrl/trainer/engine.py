@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .config import DeepSpeedConfig, OptimConfig
+from .safe_load import CheckpointError, check_deepspeed_checkpoint, load_engine_state
+
+ENGINE_FILE = "engine.pt"
 
 
 def lr_lambda(optim: OptimConfig, total_steps: int) -> Any:
@@ -92,12 +95,12 @@ class TorchEngine:
         directory.mkdir(parents=True, exist_ok=True)
         trainable = {n: p.detach().clone() for n, p in self.module.named_parameters() if p.requires_grad}
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "trainable": trainable}
-        torch.save({**state, "client_state": client_state}, directory / "engine.pt")
+        torch.save({**state, "client_state": client_state}, directory / ENGINE_FILE)
 
     def load(self, directory: Path) -> dict[str, Any]:
         import torch
 
-        state = torch.load(directory / "engine.pt", weights_only=False)
+        state = load_engine_state(directory / ENGINE_FILE)
         params = dict(self.module.named_parameters())
         with torch.no_grad():
             for name, value in state["trainable"].items():
@@ -163,10 +166,13 @@ class DeepSpeedEngine:
         self.engine.save_checkpoint(str(directory), tag=self.TAG, client_state=client_state, exclude_frozen_parameters=True)
 
     def load(self, directory: Path) -> dict[str, Any]:
+        # DeepSpeed unpickles its files fully: each is first read with weights_only=True and only
+        # DeepSpeed's own state classes allowed, so a crafted file is refused before DeepSpeed opens it
+        check_deepspeed_checkpoint(directory / self.TAG)
         _, client_state = self.engine.load_checkpoint(str(directory), tag=self.TAG, load_module_strict=False)
         if client_state is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint in {directory}")
         return dict(client_state)
 
 
-__all__ = ["DeepSpeedEngine", "TorchEngine", "TrainEngine", "lr_lambda"]
+__all__ = ["CheckpointError", "DeepSpeedEngine", "TorchEngine", "TrainEngine", "load_engine_state", "lr_lambda"]

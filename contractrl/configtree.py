@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from .errors import ConfigError, InputFileError
-from .io import read_bytes
+from .files import read_bytes
 
 T = TypeVar("T")
 _MAX_CONFIG_BYTES = 1 << 20

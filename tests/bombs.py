@@ -19,6 +19,7 @@ The kinds are the ones a hostile schema author can reach with a few hundred byte
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from decimal import Decimal
@@ -29,24 +30,28 @@ KINDS = ("fanout", "repeat", "regex_size", "searches", "enum_report", "unique", 
 
 @dataclass(frozen=True)
 class Bomb:
+    """A schema, an instance, and whether the instance is valid (known by construction, since
+    a general reference would itself take the minutes or gigabytes the bomb costs)."""
+
     kind: str
     schema: Any
     instance: Any
+    valid: bool
 
 
 def fanout(depth: int, width: int = 2) -> Bomb:
     defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"} for _ in range(width)]} for i in range(depth)}
     defs[f"d{depth}"] = {"type": "string", "minLength": 3}
-    return Bomb("fanout", {"$defs": defs, "$ref": "#/$defs/d0"}, "ab")
+    return Bomb("fanout", {"$defs": defs, "$ref": "#/$defs/d0"}, "ab", valid=False)
 
 
 def repeat(inner: int, outer: int) -> Bomb:
-    return Bomb("repeat", {"type": "string", "pattern": f"^(?:a{{{inner}}}){{{outer}}}$"}, "a")
+    return Bomb("repeat", {"type": "string", "pattern": f"^(?:a{{{inner}}}){{{outer}}}$"}, "a", valid=inner * outer == 1)
 
 
 def regex_size(count: int, classes: int = 3) -> Bomb:
     parts = "|".join(rf"\p{{{name}}}{{{count}}}" for name in ("L", "N", "P", "S", "Lu", "Ll")[:classes])
-    return Bomb("regex_size", {"type": "string", "pattern": f"^(?:{parts})+$"}, "a")
+    return Bomb("regex_size", {"type": "string", "pattern": f"^(?:{parts})+$"}, "a", valid=count == 1)
 
 
 def searches(patterns: int, keys: int) -> Bomb:
@@ -57,20 +62,22 @@ def searches(patterns: int, keys: int) -> Bomb:
     }
     instance = {f"key{i}": i for i in range(keys)}
     instance[""] = "not an integer"  # an empty key routes rs reports through the python backend
-    return Bomb("searches", schema, instance)
+    return Bomb("searches", schema, instance, valid=False)
 
 
 def enum_report(members: int, items: int) -> Bomb:
     enum = [{"member": i, "padding": "x" * 20} for i in range(members)]
-    return Bomb("enum_report", {"type": "array", "items": {"enum": enum}}, [{"member": -1}] * items)
+    return Bomb("enum_report", {"type": "array", "items": {"enum": enum}}, [{"member": -1}] * items, valid=items == 0)
 
 
 def unique(items: int) -> Bomb:
-    return Bomb("unique", {"type": "array", "uniqueItems": True}, [{"i": i} for i in range(items)])
+    return Bomb("unique", {"type": "array", "uniqueItems": True}, [{"i": i} for i in range(items)], valid=True)
 
 
 def float_bound(exponent: int, keyword: str, offset: int) -> Bomb:
-    return Bomb("float_bound", {"type": "integer", keyword: float(f"1e{exponent}")}, 10**exponent + offset)
+    value = 10**exponent + offset
+    valid = exact_bound_holds(keyword, f"1e{exponent}", value)
+    return Bomb("float_bound", {"type": "integer", keyword: float(f"1e{exponent}")}, value, valid)
 
 
 def exact_bound_holds(keyword: str, bound_text: str, value: int) -> bool:
@@ -84,21 +91,26 @@ def exact_bound_holds(keyword: str, bound_text: str, value: int) -> bool:
     }[keyword]
 
 
+def _log_int(rng: random.Random, high: int) -> int:
+    """A size drawn log-uniformly from 1..high: small, medium and far-past-budget alike."""
+    return max(1, int(10 ** rng.uniform(0, math.log10(high))))
+
+
 def generate_bomb(seed: int) -> Bomb:
     """One bomb of a kind and size drawn from ``seed``, from harmless to far past every budget."""
     rng = random.Random(seed)
     kind = KINDS[seed % len(KINDS)]
     if kind == "fanout":
-        return fanout(rng.randint(2, 30), rng.randint(2, 4))
+        return fanout(rng.randint(1, 30), rng.randint(1, 4))
     if kind == "repeat":
-        return repeat(rng.choice([1, 10, 1000, 65535, 10**9]), rng.choice([1, 10, 1000, 65535]))
+        return repeat(_log_int(rng, 10**9), _log_int(rng, 65535))
     if kind == "regex_size":
-        return regex_size(rng.choice([1, 10, 100, 1000, 5000]), rng.randint(1, 6))
+        return regex_size(_log_int(rng, 5000), rng.randint(1, 6))
     if kind == "searches":
-        return searches(rng.choice([1, 10, 100, 1000]), rng.choice([1, 100, 10_000]))
+        return searches(_log_int(rng, 1000), _log_int(rng, 10_000))
     if kind == "enum_report":
-        return enum_report(rng.choice([1, 100, 3000]), rng.choice([1, 100, 20_000]))
+        return enum_report(_log_int(rng, 3000), _log_int(rng, 20_000))
     if kind == "unique":
-        return unique(rng.choice([1, 100, 10_000, 60_000]))
+        return unique(_log_int(rng, 60_000))
     keyword = rng.choice(["maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum"])
     return float_bound(rng.randint(15, 300), keyword, rng.choice([-1, 0, 1]))

@@ -457,7 +457,7 @@ def test_report_refuses_a_tampered_run(tmp_path: Path) -> None:
     proc = subprocess.run(
         [str(exe), "report", "runs", "--cases", "cases", "--out", "rep"], cwd=tmp_path, capture_output=True, text=True
     )
-    assert proc.returncode == 2 and "modified after it was written" in proc.stderr
+    assert proc.returncode == 2 and "were frozen; not parsed" in proc.stderr  # refused on its size, never read
     assert not (tmp_path / "rep" / "episodes.parquet").exists()
 
 

@@ -40,7 +40,7 @@ from contractrl.validators import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-HANG_S = 10.0  # hang detector only: every input here is expected to take milliseconds
+HANG_S = 10.0  # hang detector only, in CPU seconds (wall time flakes under load): inputs take milliseconds
 
 SCHEMA = {
     "type": "object",
@@ -65,9 +65,9 @@ def start(contract: RepairContract) -> Any:
 def assert_rejected_untouched(contract: RepairContract, text: str | bytes, expected: Code) -> None:
     """step gives ``expected``, spends one attempt, no operations, and leaves the candidate as it was."""
     state = start(contract)
-    began = time.perf_counter()
+    began = time.process_time()
     result = contract.step(state, text)
-    assert time.perf_counter() - began < HANG_S
+    assert time.process_time() - began < HANG_S
     assert result.outcome is expected, result.record.message
     assert result.accepted_object is None and result.patched is None
     assert result.state.candidate is state.candidate and state.candidate == {"a": 1}
@@ -174,9 +174,9 @@ DEEP = [
 @pytest.mark.parametrize("text", DEEP)
 def test_deep_nesting_is_too_deep(text: str | bytes) -> None:
     """The stdlib parser would recurse until RecursionError (or worse); the bound is checked first."""
-    began = time.perf_counter()
+    began = time.process_time()
     assert parse_json_text(text).code is Code.TOO_DEEP
-    assert time.perf_counter() - began < HANG_S
+    assert time.process_time() - began < HANG_S
     action = parse_action(text, max_ops=2)
     assert isinstance(action, InvalidAction) and action.code is Code.TOO_DEEP
     report, value = Verifier.build(SCHEMA).verify_text(text)
@@ -359,9 +359,9 @@ OVERSIZED = [
 @pytest.mark.parametrize("schema", OVERSIZED)
 def test_oversized_or_degenerate_schemas_are_refused(schema: dict[str, Any]) -> None:
     """A schema over the limits is a SchemaCompileError, checked before any backend compiles it."""
-    began = time.perf_counter()
+    began = time.process_time()
     _both_refuse(schema)
-    assert time.perf_counter() - began < HANG_S
+    assert time.process_time() - began < HANG_S
 
 
 def test_schema_with_a_10000_deep_const_is_refused() -> None:
@@ -477,20 +477,20 @@ ARRAY_SCHEMA = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 def test_50k_element_array_is_verified(backend: str) -> None:
     """Big is not hostile: a 50,000-element array within the byte limit is simply verified."""
     verifier = Verifier.build(ARRAY_SCHEMA, backend=backend)
-    began = time.perf_counter()
+    began = time.process_time()
     assert verifier.verify(list(range(50_000))).accepted
     text = json.dumps(list(range(50_000)))
     assert len(text) < ParseLimits().max_bytes
     report, value = verifier.verify_text(text)
     assert report.accepted and value == list(range(50_000))
-    assert time.perf_counter() - began < HANG_S
+    assert time.process_time() - began < HANG_S
 
 
 def test_50k_errors_are_all_reported_in_bounded_time() -> None:
     """Every element wrong: 50,000 typed errors, sorted by pointer, each with a short `actual`."""
-    began = time.perf_counter()
+    began = time.process_time()
     report = Verifier.build(ARRAY_SCHEMA).verify([-1] * 50_000)
-    assert time.perf_counter() - began < 3 * HANG_S
+    assert time.process_time() - began < 3 * HANG_S
     assert len(report.errors) == 50_000
     assert {e.code for e in report.errors} == {Code.OUT_OF_RANGE}
     assert [e.pointer for e in report.errors] == sorted(f"/{i}" for i in range(50_000))
@@ -532,9 +532,9 @@ def test_truncated_text_full_of_escaped_quotes_is_linear() -> None:
 def test_many_strings_and_brackets_are_fast() -> None:
     """Well-formed strings and brackets are scanned linearly (control for the test above)."""
     text = json.dumps([['a\\"b' * 10] for _ in range(10_000)])
-    began = time.perf_counter()
+    began = time.process_time()
     assert parse_json_text(text).code is Code.ACCEPTED
-    assert time.perf_counter() - began < HANG_S
+    assert time.process_time() - began < HANG_S
 
 
 @pytest.mark.parametrize(
@@ -549,9 +549,9 @@ def test_many_strings_and_brackets_are_fast() -> None:
     ],
 )
 def test_other_pathological_texts_end_typed(text: str) -> None:
-    began = time.perf_counter()
+    began = time.process_time()
     action = parse_action(text, max_ops=2)
-    assert time.perf_counter() - began < HANG_S
+    assert time.process_time() - began < HANG_S
     assert isinstance(action, (InvalidAction, AbstainAction, RefusalAction))
 
 

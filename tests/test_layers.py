@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "contractrl"
 # lowest first; a module may import its own layer and any layer before it
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "errors", "configtree"}),  # "" is contractrl/__init__.py (the version)
+    frozenset({"", "errors", "files", "configtree"}),  # "" is contractrl/__init__.py (the version)
     frozenset({"validators"}),
     frozenset({"io", "wheels", "demo"}),
     frozenset({"tasks"}),

@@ -25,6 +25,7 @@ import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import SchemaCompileError
@@ -134,6 +135,18 @@ class CompileGuard:
             self._child.kill()
             self._child.wait()
             self._child = None
+
+    def child_peak_rss_mib(self) -> int:
+        """The running child's peak resident memory (Linux; 0 when none runs or it cannot be read)."""
+        child = self._child
+        if child is None or child.poll() is not None:
+            return 0
+        try:
+            status = Path(f"/proc/{child.pid}/status").read_text(encoding="ascii")
+        except OSError:
+            return 0
+        line = next((row for row in status.splitlines() if row.startswith("VmHWM:")), "VmHWM: 0 kB")
+        return int(line.split()[1]) // 1024
 
     def close(self) -> None:
         with self._lock:

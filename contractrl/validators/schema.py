@@ -348,15 +348,25 @@ class CompiledSchema:
         return self._work(instance) <= self.budget.max_work and self._backend.is_valid(instance)
 
     def errors(self, instance: Any) -> list[VerifierError]:
-        """Every schema error of ``instance`` (empty when valid), unsorted."""
-        return [] if self.is_valid(instance) else self.errors_of_invalid(instance)
+        """Every schema error of ``instance`` (empty when valid), unsorted; the work is counted once."""
+        over = self._over_budget(instance)
+        if over:
+            return over
+        return [] if self._backend.is_valid(instance) else self._render(instance)
 
     def errors_of_invalid(self, instance: Any) -> list[VerifierError]:
         """The errors of an instance already known to be invalid (skips a second verdict)."""
+        return self._over_budget(instance) or self._render(instance)
+
+    def _over_budget(self, instance: Any) -> list[VerifierError]:
         work = self._work(instance)
-        if work > self.budget.max_work:
-            message = f"too_large: verifying this object would take over {self.budget.max_work} checks against this schema"
-            return [VerifierError(Code.TOO_LARGE, "", f"at most {self.budget.max_work} checks", f"{work} checks", message)]
+        if work <= self.budget.max_work:
+            return []
+        limit = self.budget.max_work
+        message = f"too_large: verifying this object would take over {limit} checks against this schema"
+        return [VerifierError(Code.TOO_LARGE, "", f"at most {limit} checks", f"{work} checks or more", message)]
+
+    def _render(self, instance: Any) -> list[VerifierError]:
         backend = self._backend
         if backend.name == "rs" and (self.cost.large_enum or _has_lossy_key(instance)):
             # the rs binding copies the whole enum into every error it reports; the reference does not

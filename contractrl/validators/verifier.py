@@ -50,12 +50,12 @@ class Verifier:
             return VerifierReport.single(Code.MALFORMED_JSON, f"not a JSON value the validator can check: {type(exc).__name__}")
 
     def _verify(self, instance: Any) -> VerifierReport:
-        if self.schema.is_valid(instance):
+        schema_errors = self.schema.errors(instance)  # one verdict, one budget count
+        if not schema_errors:
             if not self.contract:
                 return VerifierReport.accept()
             errors = self.contract.check(instance)
         else:
-            schema_errors = self.schema.errors_of_invalid(instance)
             reported = {e.pointer for e in schema_errors}
             errors = schema_errors + (self.contract.check(instance, reported) if self.contract else [])
         return VerifierReport.reject(errors) if errors else VerifierReport.accept()

@@ -199,11 +199,23 @@ class SFTConfig:
         help="give each twin pair (an unrepairable case's first decision and its contrast) this many times in all: "
         "at 1 the pairs are a few percent of the demonstrations and the request barely moved ABSTAIN (RESULTS.md)",
     )
+    rank_negatives: int = setting(
+        0,
+        help="per demonstration, this many enumerated answers the public verifier accepts that do not make the "
+        "gold answer's object, each contrasted with the gold answer (trainer/ranking.py): a shielded policy "
+        "commits the best-scoring accepted candidate, so SFT trains that ranking; 0: off",
+    )
+    rank_weight: float = setting(1.0, help="weight of the ranking term beside the per-token cross-entropy")
+    rank_margin: float = setting(
+        2.0, help="how many nats the gold answer's log-probability should exceed an accepted wrong one's"
+    )
     optim: OptimConfig = setting(
         factory=lambda: OptimConfig(lr=2e-3, warmup_steps=3, schedule="cosine"), help="optimizer and schedule"
     )
 
     def __post_init__(self) -> None:
+        check(self.rank_negatives >= 0, f"sft.rank_negatives must be >= 0, got {self.rank_negatives}")
+        check(self.rank_weight >= 0, f"sft.rank_weight must be >= 0, got {self.rank_weight}")
         check(self.abstain_repeat >= 1, f"sft.abstain_repeat must be >= 1, got {self.abstain_repeat}")
         check(self.contrast_repeat >= 1, f"sft.contrast_repeat must be >= 1, got {self.contrast_repeat}")
         check(self.decision_weight > 0, f"sft.decision_weight must be > 0, got {self.decision_weight}")

@@ -18,6 +18,7 @@ from ..rollout.policies import Generation, Observation
 from .config import TrainConfig
 from .grpo import PolicySample
 from .learner import Learner
+from .ranking import SftExample
 
 
 def _shards(items: Sequence[Any], parts: int) -> list[list[Any]]:
@@ -97,9 +98,11 @@ class LearnerGroup:
     def start_stage(self, stage: str, total_steps: int) -> None:
         self._all("start_stage", [(stage, total_steps)] * self.world_size)
 
-    def sft_step(self, examples: Sequence[tuple[Sequence[int], Sequence[int]]], token_denominator: float) -> dict[str, float]:
+    def sft_step(
+        self, examples: Sequence[SftExample], token_denominator: float, pair_denominator: float = 0.0
+    ) -> dict[str, float]:
         shards = _shards(examples, self.world_size)
-        return _sum(self._all("sft_step", [(s, token_denominator) for s in shards]))
+        return _sum(self._all("sft_step", [(s, token_denominator, pair_denominator) for s in shards]))
 
     def grpo_step(self, samples: Sequence[PolicySample], token_denominator: float) -> dict[str, float]:
         shards = _shards(samples, self.world_size)

@@ -26,6 +26,7 @@ from .config import TrainConfig
 from .engine import DeepSpeedEngine, TorchEngine, TrainEngine
 from .grpo import PolicySample, clipped_policy_loss
 from .presets import load_model
+from .ranking import SftExample
 
 T = TypeVar("T")
 
@@ -184,30 +185,61 @@ class Learner:
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return logprobs, mask
 
-    def sft_step(self, examples: Sequence[tuple[Sequence[int], Sequence[int]]], token_denominator: float) -> dict[str, float]:
+    def sft_step(
+        self,
+        examples: Sequence[SftExample | tuple[Sequence[int], Sequence[int]]],
+        token_denominator: float,
+        pair_denominator: float = 0.0,
+    ) -> dict[str, float]:
         """One optimizer step of token-level cross-entropy on answer tokens only, each answer's first
         token (ABSTAIN or a patch: the decision) weighted ``sft.decision_weight``; the caller's
-        ``token_denominator`` counts it with that weight (:func:`sft_token_weight`)."""
+        ``token_denominator`` counts it with that weight (:func:`sft_token_weight`).
+
+        Examples with negatives add ``sft.rank_weight`` times the mean over (gold, negative) pairs of
+        ``softplus(rank_margin - (log p(gold) - log p(negative)))``, summed log-probabilities of whole
+        answers (:mod:`.ranking`), over ``pair_denominator`` pairs (the whole batch's, as the token
+        denominator is); the negatives ride in the gold answer's forward pass."""
+        import torch
+
         engine = self._require_engine()
-        chunks = _micro_batches(examples, self.config.sft.micro_batch_size, lambda e: len(e[0]) + len(e[1]))
+        sft = self.config.sft
+        items = [e if isinstance(e, SftExample) else SftExample(tuple(e[0]), tuple(e[1])) for e in examples]
+        pairs_total = pair_denominator or sum(len(e.negatives) for e in items)
+
+        def cost(example: SftExample) -> int:  # the negatives ride in the same forward pass
+            return (len(example.prompt_ids) + len(example.answer_ids)) * (1 + len(example.negatives))
+
+        chunks = _micro_batches(items, sft.micro_batch_size, cost)
         total = 0.0
         tokens = 0.0
+        rank_sum = 0.0
         for index, chunk in enumerate(chunks):
             last = index == len(chunks) - 1
             if not chunk:
                 engine.backward(self._zero_loss(), last=last)
                 continue
-            logprobs, mask = self._batch_logprobs(chunk, 1.0)
-            weights = mask.clone()
-            for row, (_, answer) in enumerate(chunk):  # completions are right-aligned: the first sits at width - len
-                weights[row, mask.shape[1] - len(answer)] = self.config.sft.decision_weight
-            loss = -(logprobs * weights).sum() / token_denominator
-            engine.backward(loss, last=last)
+            rows = [(e.prompt_ids, e.answer_ids) for e in chunk]
+            rows += [(e.prompt_ids, negative) for e in chunk for negative in e.negatives]
+            logprobs, mask = self._batch_logprobs(rows, 1.0)
+            gold = logprobs[: len(chunk)]
+            weights = mask[: len(chunk)].clone()
+            for row, example in enumerate(chunk):  # completions are right-aligned: the first sits at width - len
+                weights[row, mask.shape[1] - len(example.answer_ids)] = sft.decision_weight
+            loss = -(gold * weights).sum() / token_denominator
             total += float(loss.detach()) * token_denominator
-            tokens += float(mask.sum())
+            if pairs_total:
+                sums = (logprobs * mask).sum(dim=1)
+                owners = [row for row, e in enumerate(chunk) for _ in e.negatives]
+                if owners:
+                    gaps = sums[torch.tensor(owners, device=sums.device)] - sums[len(chunk) :]
+                    rank = torch.nn.functional.softplus(sft.rank_margin - gaps).sum() / pairs_total
+                    loss = loss + sft.rank_weight * rank
+                    rank_sum += float(rank.detach()) * pairs_total
+            engine.backward(loss, last=last)
+            tokens += float(mask[: len(chunk)].sum())
         grad_norm = engine.step()
         release_memory()  # activations differ in size every step; see rollout/cpu.py
-        return {"loss_sum": total, "tokens": tokens, "grad_norm": grad_norm, "lr": engine.lr()}
+        return {"loss_sum": total, "rank_loss_sum": rank_sum, "tokens": tokens, "grad_norm": grad_norm, "lr": engine.lr()}
 
     def grpo_step(self, samples: Sequence[PolicySample], token_denominator: float) -> dict[str, float]:
         """One optimizer step of the clipped group-relative objective over ``samples``."""

@@ -62,6 +62,7 @@ from .checkpoint import (
 from .config import TrainConfig
 from .group import GroupPolicy, LearnerGroup
 from .grpo import PolicySample, decision_advantages, group_samples, without_variance
+from .ranking import SftExample, ranking_negatives
 from .reward import episode_reward
 from .tracking import MetricsTable, Tracker
 
@@ -92,19 +93,32 @@ def replay_state(demo: Demonstration, arm: str) -> PublicState | None:
     return None if patch and len(json.loads(demo.answer)) > state.ops_left else state
 
 
-def sft_examples(demos: Sequence[Demonstration], arm: str, tokenizer: Any) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """(prompt ids, answer ids + EOS) of each demonstration whose state can be replayed, and the
-    number that could not (a later decision whose earlier attempt ends the episode)."""
+def sft_examples(
+    demos: Sequence[Demonstration], arm: str, tokenizer: Any, rank_negatives: int = 0
+) -> tuple[list[SftExample], int]:
+    """The SFT examples of each demonstration whose state can be replayed (prompt ids, answer ids +
+    EOS, and with ``rank_negatives`` the accepted wrong answers to rank below it), and the number
+    that could not be replayed (a later decision whose earlier attempt ends the episode)."""
     examples = []
     unreachable = 0
+
+    def answer_ids(text: str) -> tuple[int, ...]:
+        return (*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id)
+
     for demo in demos:
         state = replay_state(demo, arm)
         if state is None:
             unreachable += 1
             continue
         prompt = render_prompt(render_messages(demo.case, state, arm), tokenizer)
-        answer = tokenizer(demo.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        examples.append((tokenizer(prompt, add_special_tokens=False)["input_ids"], answer))
+        negatives = ranking_negatives(demo, state, arm, rank_negatives)
+        examples.append(
+            SftExample(
+                tuple(tokenizer(prompt, add_special_tokens=False)["input_ids"]),
+                answer_ids(demo.answer),
+                tuple(answer_ids(text) for text in negatives),
+            )
+        )
     return examples, unreachable
 
 
@@ -233,7 +247,7 @@ class Trainer:
         self.tokenizer = tokenizer
         self.report = report
         self.progress = progress
-        self._examples: list[tuple[list[int], list[int]]] | None = None
+        self._examples: list[SftExample] | None = None
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -291,13 +305,17 @@ class Trainer:
 
     # --- steps ---------------------------------------------------------------------------------
 
-    def _sft_examples(self) -> list[tuple[list[int], list[int]]]:
+    def _sft_examples(self) -> list[SftExample]:
         if self._examples is None:
-            examples, unreachable = sft_examples(self.demos, self.config.sft.arm, self.tokenizer)
+            sft = self.config.sft
+            examples, unreachable = sft_examples(self.demos, sft.arm, self.tokenizer, sft.rank_negatives)
             if unreachable:
                 log.info("SFT leaves out %d later-decision demonstrations whose earlier attempt ends the episode", unreachable)
-            limit = self.config.sft.max_tokens
-            kept = [e for e in examples if len(e[0]) + len(e[1]) <= limit]
+            if sft.rank_negatives:
+                ranked = sum(1 for e in examples if e.negatives)
+                log.info("SFT ranks %d of %d demonstrations above accepted wrong answers", ranked, len(examples))
+            limit = sft.max_tokens
+            kept = [e for e in examples if len(e.prompt_ids) + max(map(len, (e.answer_ids, *e.negatives))) <= limit]
             if len(kept) < len(examples):
                 log.warning(
                     "SFT leaves out %d of %d demonstrations longer than sft.max_tokens=%d",
@@ -313,12 +331,15 @@ class Trainer:
         if not examples:
             raise ValueError("SFT needs at least one demonstration")
         batch = [examples[i] for i in batch_indices(self.config.seed, "sft", step, len(examples), self.config.sft.batch_size)]
-        denominator = sum(sft_token_weight(answer, self.config.sft.decision_weight) for _, answer in batch)
+        denominator = sum(sft_token_weight(e.answer_ids, self.config.sft.decision_weight) for e in batch)
+        pairs = float(sum(len(e.negatives) for e in batch))
         start = time.perf_counter()
-        stats = self.group.sft_step(batch, denominator)
+        stats = self.group.sft_step(batch, denominator, pairs)
         elapsed = time.perf_counter() - start
-        tokens = sum(len(p) + len(a) for p, a in batch)
+        tokens = sum(len(e.prompt_ids) + len(e.answer_ids) for e in batch)
+        ranking = {"rank_loss": stats["rank_loss_sum"] / pairs} if self.config.sft.rank_negatives else {}
         return {
+            **ranking,
             "loss": stats["loss_sum"] / denominator,
             "reward_mean": None,
             "semantic_success": None,

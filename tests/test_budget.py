@@ -273,7 +273,7 @@ def test_the_schema_cache_is_bounded_in_bytes() -> None:
     for i in range(50):
         cache.get_or_compile({"type": "string", "description": "x" * 200 + str(i)}, "rs", None, False, SchemaLimits())
         assert cache.bytes <= 4000
-    assert 0 < len(cache._items) < 50
+    assert 0 < len(cache) < 50
 
 
 # ---------------------------------------------------------------- the compile guard

@@ -529,3 +529,72 @@ def test_rollout_and_trainer_never_import_the_offline_half() -> None:
                 assert not module.startswith(_FORBIDDEN_MODULES), f"{path.name} imports {module}"
                 assert name not in _FORBIDDEN_NAMES, f"{path.name} imports {name} from {module}"
     assert checked >= 15
+
+
+def test_ranking_negatives_are_accepted_answers_that_make_another_object() -> None:
+    """Every negative is an enumerated answer the public contract accepts whose object differs from
+    the gold answer's; ABSTAIN demonstrations rank every accepted candidate below ABSTAIN."""
+    from contractrl.rollout.env import contract_for
+    from contractrl.tasks.demonstrations import demonstrations
+    from contractrl.trainer.loop import replay_state
+    from contractrl.trainer.ranking import ranking_negatives
+
+    cases = generate_cases(GenerateConfig(seed=3, n=52, request_style="paraphrase"))
+    found = 0
+    for demo in demonstrations(cases, "patch_sft"):
+        state = replay_state(demo, "patch_sft")
+        if state is None:
+            continue
+        negatives = ranking_negatives(demo, state, "patch_sft", 3)
+        assert len(negatives) <= 3
+        assert ranking_negatives(demo, state, "patch_sft", 0) == ()
+        contract = contract_for(demo.case)
+        gold = None if demo.answer == "ABSTAIN" else contract.step(state, demo.answer).accepted_object
+        for text in negatives:
+            made = contract.step(state, text).accepted_object
+            assert made is not None and made != gold and text != demo.answer
+        found += bool(negatives)
+    assert found >= 3  # the enumerated enum members and stated alternatives the shield could commit
+
+
+def test_the_ranking_term_raises_the_gold_answer_above_its_negative(tmp_path: Path, model_cache: str) -> None:
+    """With a negative, the loss adds softplus(margin - (log p(gold) - log p(negative))) over the
+    batch's pairs, and SFT steps on it widen the gap the shield ranks by."""
+    import torch
+
+    from contractrl.trainer.learner import Learner
+    from contractrl.trainer.ranking import SftExample
+
+    config = _config(tmp_path, model_cache, *IN_PROCESS, "deepspeed.enabled=false", "sft.rank_negatives=1", "sft.rank_margin=2")
+    learner = Learner(config)
+    learner.start_stage("sft", 8)
+    tok = learner.tokenizer
+
+    def ids(text: str) -> tuple[int, ...]:
+        return (*tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id)
+
+    prompt = tuple(tok("the request says rescheduled", add_special_tokens=False)["input_ids"])
+    gold, wrong = (
+        ids('[{"op":"replace","path":"/s","value":"rescheduled"}]'),
+        ids('[{"op":"replace","path":"/s","value":"cancelled"}]'),
+    )
+    example = SftExample(prompt, gold, (wrong,))
+
+    def gap() -> float:
+        with torch.no_grad():
+            logprobs, mask = learner._batch_logprobs([(prompt, gold), (prompt, wrong)], 1.0)
+        sums = (logprobs * mask).sum(dim=1)
+        return float(sums[0] - sums[1])
+
+    before = gap()
+    with torch.no_grad():
+        logprobs, mask = learner._batch_logprobs([(prompt, gold)], 1.0)
+    cross_entropy = -float((logprobs * mask).sum())
+    stats = learner.sft_step([example], float(len(gold)), 1.0)
+    assert stats["loss_sum"] == pytest.approx(cross_entropy, rel=1e-4)  # the cross-entropy part is unchanged
+    assert stats["rank_loss_sum"] == pytest.approx(float(torch.nn.functional.softplus(torch.tensor(2.0 - before))), rel=1e-3)
+    for _ in range(5):
+        learner.sft_step([example], float(len(gold)), 1.0)
+    assert gap() > before
+    with pytest.raises(ConfigError, match="rank_negatives must be >= 0"):
+        _config(tmp_path, model_cache, "sft.rank_negatives=-1")

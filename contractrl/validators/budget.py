@@ -64,6 +64,7 @@ class SchemaCost:
     fanout: int
     reach: int
     large_enum: bool
+    pattern_units: int = 0  # the schema's patterns' sizes together: what its compiled programs weigh
 
     def work(self, instance_nodes: int) -> int:
         return min(instance_nodes * self.reach, _SATURATE)
@@ -183,7 +184,7 @@ def schema_cost(root: Any, budget: Budget = DEFAULT_BUDGET) -> SchemaCost:
     Refuses with :class:`SchemaCompileError` when the fan-out or the reach is over its limit.
     """
     if not isinstance(root, dict):
-        return SchemaCost(1, 1, False)
+        return SchemaCost(1, 1, False, 0)
     nodes = _index(root)
     fanout: dict[str, int] = {}
     order = _in_place_order(nodes)
@@ -213,7 +214,17 @@ def schema_cost(root: Any, budget: Budget = DEFAULT_BUDGET) -> SchemaCost:
     if reach[""] > budget.max_reach:
         raise SchemaCompileError(f"schema reaches over {budget.max_reach} subschemas along one instance path ({_big(reach[''])})")
     large_enum = any(isinstance(n, dict) and isinstance(n.get("enum"), list) and len(n["enum"]) > 64 for n in nodes.values())
-    return SchemaCost(worst, reach[""], large_enum)
+    return SchemaCost(worst, reach[""], large_enum, sum(pattern_size(p) for p in _patterns(nodes.values())))
+
+
+def _patterns(nodes: Any) -> Iterator[str]:
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        if isinstance(node.get("pattern"), str):
+            yield node["pattern"]
+        if isinstance(node.get("patternProperties"), dict):
+            yield from node["patternProperties"]
 
 
 def _own_cost(node: Any) -> int:

@@ -24,12 +24,12 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Iterator
-from functools import lru_cache
 from typing import Any
 
 import regex
 
-from .budget import check_pattern
+from .budget import check_pattern, pattern_size
+from .lru import BoundedLRU
 
 WORD = "A-Za-z0-9_"
 _DIGIT = "0-9"
@@ -394,25 +394,41 @@ class _Translator:
         return self.atom_escape(esc), "char"
 
 
-@lru_cache(maxsize=4096)
+# Compiled programs cost about 150 bytes per unit of pattern size (budget.pattern_size; measured
+# with the regex module: a{50000} is 7 MB), so both caches are bounded by what they hold.
+_REGEX_BYTES_PER_UNIT = 150
+_TRANSLATED: BoundedLRU[str, tuple[str, str]] = BoundedLRU(max_items=4096, max_cost=64 << 20)
+_COMPILED: BoundedLRU[str, Any] = BoundedLRU(max_items=4096, max_cost=128 << 20)
+
+
 def translate(pattern: str) -> tuple[str, str]:
     """(``regex``-module source with ECMA-262 semantics, portable ECMA source for jsonschema-rs).
 
     Raises :class:`EcmaSyntaxError` for anything that is not ECMA-262 or would be read
     differently by the engines, and :class:`~contractrl.errors.SchemaCompileError` for a pattern
     over the size budget (:func:`.budget.check_pattern`)."""
+    hit = _TRANSLATED.get(pattern)
+    if hit is not None:
+        return hit
     python, portable = _Translator(pattern).run()
     check_pattern(pattern)  # before compiling: the reference engine expands counted repeats in memory
     try:
-        regex.compile(python)
+        compiled = regex.compile(python, cache_pattern=False)  # the module cache counts entries, not bytes
     except regex.error as exc:  # e.g. an unknown Unicode property name
         raise EcmaSyntaxError(f"/{pattern}/ is not a pattern the reference engine can read: {exc}") from exc
+    _TRANSLATED.put(pattern, (python, portable), 2 * (len(pattern) + len(python) + len(portable)))
+    _COMPILED.put(pattern, compiled, _REGEX_BYTES_PER_UNIT * pattern_size(pattern) + 2 * len(python))
     return python, portable
 
 
-@lru_cache(maxsize=4096)
 def _compiled(pattern: str) -> Any:
-    return regex.compile(translate(pattern)[0])
+    hit = _COMPILED.get(pattern)
+    if hit is not None:
+        return hit
+    python = translate(pattern)[0]
+    compiled = regex.compile(python, cache_pattern=False)
+    _COMPILED.put(pattern, compiled, _REGEX_BYTES_PER_UNIT * pattern_size(pattern) + 2 * len(python))
+    return compiled
 
 
 def is_valid_syntax(pattern: str) -> bool:

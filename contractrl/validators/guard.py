@@ -23,13 +23,13 @@ import struct
 import subprocess
 import sys
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import SchemaCompileError
 from .jsonvalue import canonical_json
+from .lru import BoundedLRU
 
 _CHILD = r"""
 import json, resource, struct, sys
@@ -76,23 +76,19 @@ class CompileGuard:
         self.limits = limits
         self._child: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
-        self._known: OrderedDict[str, bool] = OrderedDict()
-        self._cache_size = cache_size
+        self._known: BoundedLRU[str, bool] = BoundedLRU(max_items=cache_size, max_cost=64 << 20)
         self.started = 0  # children started so far (a death restarts one)
 
     def compiles(self, schema: Any) -> bool:
         """Whether jsonschema-rs compiles ``schema``; a compile over the limits raises SchemaCompileError."""
         text = canonical_json(schema)
+        known = self._known.get(text)
+        if known is not None:
+            return known
         with self._lock:
-            known = self._known.get(text)
-            if known is not None:
-                self._known.move_to_end(text)
-                return known
             verdict = self._ask(text)
-            self._known[text] = verdict
-            if len(self._known) > self._cache_size:
-                self._known.popitem(last=False)
-            return verdict
+        self._known.put(text, verdict, 2 * len(text))  # the key is what an entry costs
+        return verdict
 
     def _ask(self, text: str) -> bool:
         payload = text.encode("utf-8")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -25,6 +23,7 @@ from .codes import Code
 from .dialects import NormalizedSchema, SchemaLimits, normalize_schema
 from .guard import guard
 from .jsonvalue import canonical_json, json_type_name
+from .lru import BoundedLRU
 from .pointer import format_pointer, parse_pointer, resolve
 from .report import VerifierError, truncate_actual
 
@@ -386,20 +385,28 @@ class CompiledSchema:
         return self._python
 
 
+# jsonschema-rs programs weigh about 50 bytes per unit of pattern size (a{50000}: 2.4 MB); the
+# python backend's programs are held, bounded, by ecma_regex's own cache
+_RS_BYTES_PER_UNIT = 64
+
+
 class _SchemaCache:
     """An LRU of compiled schemas keyed by (source text, dialect, lenient, backend), bounded twice.
 
-    By count and by bytes: a few thousand 2 MB schemas would otherwise stay resident. A schema's
-    bytes are its canonical source text plus its normalised text (what the key and the compiled
-    form hold in proportion to); the cache evicts the least recently used until both bounds hold.
+    By count and by bytes: a few thousand 2 MB schemas, or a few thousand patterns of 50,000
+    units, would otherwise stay resident. A schema's bytes are its canonical source text, its
+    normalised text, and its patterns' compiled programs (:attr:`.budget.SchemaCost.pattern_units`).
     """
 
     def __init__(self, capacity: int = 4096, capacity_bytes: int = 256 * 2**20) -> None:
-        self.capacity = capacity
-        self.capacity_bytes = capacity_bytes
-        self.bytes = 0
-        self._items: OrderedDict[tuple[str, str | None, bool, str], tuple[CompiledSchema, int]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: BoundedLRU[tuple[str, str | None, bool, str], CompiledSchema] = BoundedLRU(capacity, capacity_bytes)
+
+    @property
+    def bytes(self) -> int:
+        return self._items.cost
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def get_or_compile(
         self, schema: Any, backend: BackendName, dialect: str | None, lenient: bool, limits: SchemaLimits
@@ -409,21 +416,13 @@ class _SchemaCache:
         except (TypeError, ValueError, RecursionError) as exc:
             raise SchemaCompileError(f"schema is not a finite JSON document: {exc}") from exc
         key = (source_key, dialect, lenient, backend)
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-                return hit[0]
+        hit = self._items.get(key)
+        if hit is not None:
+            return hit
         normalized = normalize_schema(schema, dialect=dialect, lenient=lenient, limits=limits)
         compiled = CompiledSchema(normalized, backend)
-        size = len(source_key) + len(canonical_json(normalized.schema))
-        with self._lock:
-            if key not in self._items:
-                self._items[key] = (compiled, size)
-                self.bytes += size
-            while self._items and (len(self._items) > self.capacity or self.bytes > self.capacity_bytes):
-                _, (_, evicted) = self._items.popitem(last=False)
-                self.bytes -= evicted
+        size = len(source_key) + len(canonical_json(normalized.schema)) + _RS_BYTES_PER_UNIT * compiled.cost.pattern_units
+        self._items.put(key, compiled, size)
         return compiled
 
 

@@ -337,7 +337,7 @@ class Trainer:
         stats = self.group.sft_step(batch, denominator, pairs)
         elapsed = time.perf_counter() - start
         tokens = sum(len(e.prompt_ids) + len(e.answer_ids) for e in batch)
-        ranking = {"rank_loss": stats["rank_loss_sum"] / pairs} if self.config.sft.rank_negatives else {}
+        ranking = {"rank_loss": stats["rank_loss_sum"] / pairs if pairs else None} if self.config.sft.rank_negatives else {}
         return {
             **ranking,
             "loss": stats["loss_sum"] / denominator,

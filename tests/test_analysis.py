@@ -141,8 +141,9 @@ def test_p95_and_denominators() -> None:
     )
     wrong = table.set_index("case_family").loc["wrong_type"]
     assert (wrong.episodes, wrong.cases, wrong.seeds) == (4, 4, 2)
-    assert wrong.semantic_success == 0.75
-    assert (wrong.exact_patch_match, wrong.exact_patch_match_n) == (0.5, 2)  # its own denominator
+    assert wrong.semantic_success_mean == 0.75
+    assert (wrong.exact_patch_match_mean, wrong.exact_patch_match_n) == (0.5, 2)  # its own denominator
+    assert wrong.latency_s_p95 == pytest.approx(np.percentile(latency[:4], 95))
     assert wrong.semantic_success_seed_sd == pytest.approx(np.std([0.5, 1.0], ddof=1))
     assert len(table) == 2  # families are never pooled
 
@@ -159,10 +160,10 @@ def test_coverage_and_risk_at_fixed_thresholds() -> None:
     assert table.loc[0.5, "episodes"] == 5
     assert table.loc[0.5, "coverage"] == pytest.approx(4 / 5)
     assert table.loc[0.5, "risk"] == pytest.approx(2 / 4)
-    assert table.loc[0.5, "fail_closed"] == 0.0  # both wrong releases are still covered
+    assert table.loc[0.5, "wrong_withheld_share"] == 0.0  # both wrong releases are still covered
     assert table.loc[0.8, "coverage"] == pytest.approx(2 / 5)
     assert table.loc[0.8, "risk"] == pytest.approx(1 / 2)
-    assert table.loc[0.8, "fail_closed"] == pytest.approx(1 / 2)  # the 0.55 wrong release is withheld
+    assert table.loc[0.8, "wrong_withheld_share"] == pytest.approx(1 / 2)  # the 0.55 wrong release is withheld
 
 
 def test_figures_facet_by_system_and_say_what_did_not_run(tmp_path: Path) -> None:
@@ -214,11 +215,13 @@ def test_horizon_success_needs_every_step() -> None:
         collateral=[0, 0, 1, 0, 0, 0, 0],
     )
     chains = trajectories(frame).set_index("trajectory")
-    assert chains.loc[0, "semantic_success"] and not chains.loc[1, "semantic_success"]
-    assert not chains.loc[2, "semantic_success"] and not chains.loc[2, "completion"]  # 1 of 3 steps: incomplete
-    assert (chains.loc[0, "retries"], chains.loc[0, "collateral"], chains.loc[0, "generated_tokens"]) == (1, 1, 30)
+    assert chains.loc[0, "trajectory_success"] and not chains.loc[1, "trajectory_success"]
+    assert not chains.loc[2, "trajectory_success"] and not chains.loc[2, "completion"]  # 1 of 3 steps: incomplete
+    first = chains.loc[0, ["trajectory_retries", "trajectory_collateral", "trajectory_generated_tokens"]]
+    assert first.tolist() == [1, 1, 30]  # sums over the steps
     table = TABLES["horizon"](frame).frame
-    assert table.loc[0, "trajectories"] == 3 and table.loc[0, "semantic_success"] == pytest.approx(1 / 3)
+    assert table.loc[0, "trajectories"] == 3 and table.loc[0, "trajectory_success_mean"] == pytest.approx(1 / 3)
+    assert table.loc[0, "trajectory_generated_tokens_mean"] == pytest.approx(70 / 3)  # 30, 30 and 10 tokens
 
 
 def test_paired_table_matches_the_statistics_functions() -> None:
@@ -250,8 +253,9 @@ def test_paired_table_matches_the_statistics_functions() -> None:
     assert row.mcnemar_p == pytest.approx(mcnemar_exact(theirs.tolist(), mine.tolist()))
     order = sorted(range(n), key=lambda i: f"c{i}")  # the table pairs units in case-id order
     boot = paired_bootstrap(theirs[order].astype(float), mine[order].astype(float), resamples=2000, seed=0)
-    assert (row.difference, row.ci_low, row.ci_high) == pytest.approx((boot.difference, boot.low, boot.high))
-    assert not math.isnan(table.loc["generated_tokens", "effect_size"])
+    assert (row.difference_mean, row.ci_low, row.ci_high) == pytest.approx((boot.difference, boot.low, boot.high))
+    assert (row.system_mean, row.baseline_mean) == pytest.approx((mine.mean(), theirs.mean()))
+    assert not math.isnan(table.loc["generated_tokens", "effect_size_dz"])
 
 
 def _grpo_variant(run: str, success: list[bool], seed: int = 0) -> pd.DataFrame:
@@ -283,7 +287,7 @@ def test_runs_of_one_system_that_share_episodes_are_named_apart() -> None:
     success = table[table["metric"] == "semantic_success"].set_index("baseline")
     assert set(success.index) == {"contractrl:hf@grpo [t07]", "patch_sft:hf@sft"}
     assert (success["pairs"] == n).all()
-    assert success.loc["patch_sft:hf@sft", "difference"] == pytest.approx(0.5)
+    assert success.loc["patch_sft:hf@sft", "difference_mean"] == pytest.approx(0.5)
 
 
 def test_runs_of_one_system_on_other_seeds_pool() -> None:

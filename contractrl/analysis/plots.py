@@ -99,7 +99,7 @@ def success_vs_tokens(tables: dict[str, Table]) -> Figure | None:
         return None
     fig, (ax,) = _panels("Semantic success against generated tokens, per arm (one point per case family)", [""])
     for system, rows in frame.groupby("system"):
-        ax.scatter(rows["generated_tokens"], rows["semantic_success"], label=str(system), s=18, alpha=0.8)
+        ax.scatter(rows["generated_tokens_mean"], rows["semantic_success_mean"], label=str(system), s=18, alpha=0.8)
     ax.set_xlabel("generated tokens per episode", fontsize=8)
     ax.set_ylabel("semantic success", fontsize=8)
     ax.set_ylim(-0.03, 1.03)
@@ -113,11 +113,12 @@ def budget_frontier(tables: dict[str, Table]) -> Figure | None:
     if frame.empty:
         return None
     fig, (ax,) = _panels("Budget frontier: success against collateral edits (mean of families)", [""])
-    per_budget = frame.groupby(["system", "max_attempts", "max_ops"], as_index=False)[["semantic_success", "collateral"]].mean()
+    means = ["semantic_success_mean", "collateral_mean"]
+    per_budget = frame.groupby(["system", "max_attempts", "max_ops"], as_index=False)[means].mean()
     for system, rows in per_budget.groupby("system"):
-        ax.plot(rows["collateral"], rows["semantic_success"], marker="o", label=str(system))
+        ax.plot(rows["collateral_mean"], rows["semantic_success_mean"], marker="o", label=str(system))
         for row in rows.itertuples():
-            ax.annotate(f"B{row.max_attempts}K{row.max_ops}", (row.collateral, row.semantic_success), fontsize=7)
+            ax.annotate(f"B{row.max_attempts}K{row.max_ops}", (row.collateral_mean, row.semantic_success_mean), fontsize=7)
     ax.set_xlabel("collateral edits per episode", fontsize=8)
     ax.set_ylabel("semantic success", fontsize=8)
     ax.set_ylim(-0.03, 1.03)
@@ -139,11 +140,11 @@ def scaling(tables: dict[str, Table]) -> Figure | None:
     if frame.empty:
         return None
     fig, (ax,) = _panels("Semantic success by model (mean of families)", [""])
-    per_model = frame.groupby(["model", "stage"], as_index=False)["semantic_success"].mean()
+    per_model = frame.groupby(["model", "stage"], as_index=False)["semantic_success_mean"].mean()
     models = sorted(set(per_model["model"]))
     for stage, rows in per_model.groupby("stage"):
         xs = [models.index(m) for m in rows["model"]]
-        ax.plot(xs, rows["semantic_success"], marker="o", label=f"after {stage or '?'}")
+        ax.plot(xs, rows["semantic_success_mean"], marker="o", label=f"after {stage or '?'}")
     ax.set_xticks(range(len(models)), models, rotation=20, fontsize=7)
     ax.set_ylabel("semantic success", fontsize=8)
     ax.set_ylim(-0.03, 1.03)
@@ -160,7 +161,7 @@ def horizon_decay(tables: dict[str, Table]) -> Figure | None:
         frame,
         "horizon",
         "horizon",
-        "semantic_success",
+        "trajectory_success_mean",
         "trajectory length (steps)",
         "trajectory semantic success",
     )

@@ -239,11 +239,13 @@ def _scroll(table_html: str) -> str:
 
 
 def _table_html(frame: pd.DataFrame) -> str:
-    """A table whose column headers show their data-dictionary description on hover."""
+    """A table whose column headers show their data-dictionary description on hover and wrap at
+    underscores, so a table is as wide as its values, not as its longest column names."""
     body = frame.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0, na_rep="")
     for name in frame.columns:
         cell = f"<th>{html.escape(str(name))}</th>"
-        titled = f"<th title='{html.escape(describe(str(name)).description)}'>{html.escape(str(name))}</th>"
+        shown = html.escape(str(name)).replace("_", "_<wbr>")  # a long name wraps at its underscores
+        titled = f"<th title='{html.escape(describe(str(name)).description)}'>{shown}</th>"
         body = body.replace(cell, titled, 1)
     return _scroll(body)
 
@@ -254,15 +256,22 @@ def _write_index(
     esc = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>ContractRL report</title>",
+        # a table wider or longer than the page scrolls in its own box, whose scroll bars stay in
+        # view (a bar below a long table is never seen), under a header that stays put
         "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 2em}td,th{border:1px solid #ccc;padding:2px 6px}"
-        "th{background:#f3f3f3}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}"
-        ".not-run{color:#666}.scroll{overflow-x:auto}</style></head><body>",
+        "table{border-collapse:collapse;font-size:11px}td,th{border:1px solid #ccc;padding:2px 4px}"
+        "th{background:#f3f3f3;vertical-align:bottom;min-width:3em;position:sticky;top:0}td{white-space:nowrap}"
+        "img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}.not-run{color:#666}"
+        ".scroll{overflow:auto;max-height:32em;margin:0.5em 0 2em;border-right:1px solid #ccc}</style></head><body>",
         "<h1>ContractRL report</h1>",
         f"<p>{len(episodes)} episodes from {sum(len(r['runs']) for r in settings['roots'])} frozen runs; "
         f"created {esc(settings['created'])}. Calibration thresholds, fixed before scoring: "
         f"{esc(', '.join(f'{t:.2f}' for t in settings['thresholds']))}. "
         f"Unsafe dispatches: {int(episodes['unsafe_dispatch'].sum()) if len(episodes) else 0}.</p>",
+        "<p>Group by <code>system</code> (arm:policy@stage), not by <code>arm</code>: the heuristic, the oracle "
+        "replay and a learned policy share an arm. A column name says how it aggregates (<code>_mean</code>, "
+        "<code>_p95</code>, <code>_total</code>, <code>_n</code>); hover a column for its meaning, which the "
+        "parquet files carry as field metadata and docs/analysis.md lists.</p>",
         "<h2>Overview</h2>",
         _table_html(overview) if len(episodes) else "<p>No episodes.</p>",
         "<h2>Figures</h2>",

@@ -66,7 +66,7 @@ def _panels(title: str, names: list[str]) -> tuple[Figure, list[Axes]]:
         ax.grid(alpha=0.3)
     for ax in axes[len(names) :]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(title, fontsize=11, y=1.0 if names == [""] else 1.04)  # clear of the panel titles
     return fig, axes[: len(names)]
 
 

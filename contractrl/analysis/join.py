@@ -212,7 +212,7 @@ def read_episodes(path: str | Path) -> pd.DataFrame:
     frame = frame.sort_values(["run", "episode_id"], kind="stable").reset_index(drop=True)
     frame = with_system(frame).assign(episode_key=frame["run"] + "/" + frame["episode_id"])
     if not frame["episode_key"].is_unique:
-        raise ContractRLError("two episodes share a run and an episode id; was one run given twice?")
+        raise ContractRLError(f"two rows of {path} share a run and an episode id: a scored file is there twice")
     return typed(frame[[c.name for c in EPISODE_COLUMNS]])
 
 

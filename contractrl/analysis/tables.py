@@ -55,6 +55,8 @@ class Table:
 
 def _markdown(frame: pd.DataFrame) -> str:
     def cell(value: object) -> str:
+        if value is pd.NA:  # a missing Int64 or boolean
+            return ""
         if isinstance(value, float | np.floating):
             return "" if np.isnan(value) else f"{value:.4f}"
         return str(value).replace("|", "\\|")

@@ -186,7 +186,7 @@ def analyse(episodes: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
 def run_episodes(episodes: pd.DataFrame, name: str) -> pd.DataFrame:
     """The episodes of one run, by its directory (a training output holds its evaluations below it),
     indexed by case id; one system only, so each case has one episode. The directory may be given
-    as the report holds it or relative to here (``contractrl report`` stores absolute paths)."""
+    as the report holds it or relative to here (:func:`read_reports` makes the report's paths absolute)."""
     runs = matching_runs(episodes, name)
     if not runs:
         raise SystemExit(f"no run {name!r} in the report; its runs: {', '.join(sorted(episodes['run'].unique()))}")
@@ -461,7 +461,12 @@ def read_reports(report_dirs: Sequence[Path]) -> pd.DataFrame:
         if not path.is_file():
             hint = f"write it with `contractrl report RUN_DIR ... --out {report_dir}`"
             raise SystemExit(f"no scored episodes at {path}: {hint}")
-        frames.append(pd.read_parquet(path))
+        frame = pd.read_parquet(path)
+        settings = report_dir / "report.json"  # `run` is relative to the report's job directory
+        job_dir = json.loads(settings.read_text()).get("job_dir") if settings.is_file() else None
+        if job_dir:  # absolute again, so a run named relative to here or absolutely matches (matching_runs)
+            frame["run"] = [str(Path(job_dir) / run) for run in frame["run"]]
+        frames.append(frame)
     # a run may hold several episodes of a case in one report (a group); in two reports it is twice
     keys = pd.concat([f[["run", "case_id"]].drop_duplicates() for f in frames], ignore_index=True)
     twice = keys.duplicated()

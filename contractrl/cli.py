@@ -532,7 +532,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     with _library_output_to_stderr():
         result = run_main_job(config, progress=not args.no_progress)
-    unsafe = sum(int(row["unsafe_dispatch"]) for row in result.summary)
+    unsafe = sum(int(row["unsafe_dispatch_total"]) for row in result.summary)
     print(f"\nHeld-out results ({result.report.episodes} episodes, same-information mode, all families pooled;")
     print("the tables keep families apart):\n")
     print(format_summary(result.summary))

@@ -324,18 +324,18 @@ def _replay_policy(case_dir: Path) -> Any:
 
 
 def format_summary(rows: list[dict[str, Any]]) -> str:
-    """The terminal table: one row per system."""
+    """The terminal table: one row per slice and system (the report's overview columns, short titles)."""
     headers = [
         ("slice", "slice", "{}"),
         ("system", "system", "{}"),
         ("episodes", "episodes", "{}"),
-        ("semantic", "semantic_success", "{:.3f}"),
-        ("schema-valid", "schema_valid", "{:.3f}"),
-        ("gen tokens", "generated_tokens", "{:.1f}"),
-        ("probes", "probes", "{:.1f}"),
-        ("p95 episode s (gen+check)", "latency_p95_s", "{:.3f}"),
-        ("collateral", "collateral", "{:.3f}"),
-        ("unsafe", "unsafe_dispatch", "{}"),
+        ("semantic", "semantic_success_mean", "{:.3f}"),
+        ("schema-valid", "schema_valid_mean", "{:.3f}"),
+        ("gen tokens", "generated_tokens_mean", "{:.1f}"),
+        ("probes", "probes_mean", "{:.1f}"),
+        ("p95 episode s (gen+check)", "latency_s_p95", "{:.3f}"),
+        ("collateral", "collateral_mean", "{:.3f}"),
+        ("unsafe", "unsafe_dispatch_total", "{}"),
     ]
     cells = [[fmt.format(row[key]) for _, key, fmt in headers] for row in rows]
     widths = [max(len(title), *(len(c[i]) for c in cells)) if cells else len(title) for i, (title, _, _) in enumerate(headers)]

@@ -3,8 +3,11 @@ drivers, and the report of a small real run (every table and plot, parquet that 
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -141,8 +144,9 @@ def test_p95_and_denominators() -> None:
     )
     wrong = table.set_index("case_family").loc["wrong_type"]
     assert (wrong.episodes, wrong.cases, wrong.seeds) == (4, 4, 2)
-    assert wrong.semantic_success == 0.75
-    assert (wrong.exact_patch_match, wrong.exact_patch_match_n) == (0.5, 2)  # its own denominator
+    assert wrong.semantic_success_mean == 0.75
+    assert (wrong.exact_patch_match_mean, wrong.exact_patch_match_n) == (0.5, 2)  # its own denominator
+    assert wrong.latency_s_p95 == pytest.approx(np.percentile(latency[:4], 95))
     assert wrong.semantic_success_seed_sd == pytest.approx(np.std([0.5, 1.0], ddof=1))
     assert len(table) == 2  # families are never pooled
 
@@ -159,10 +163,10 @@ def test_coverage_and_risk_at_fixed_thresholds() -> None:
     assert table.loc[0.5, "episodes"] == 5
     assert table.loc[0.5, "coverage"] == pytest.approx(4 / 5)
     assert table.loc[0.5, "risk"] == pytest.approx(2 / 4)
-    assert table.loc[0.5, "fail_closed"] == 0.0  # both wrong releases are still covered
+    assert table.loc[0.5, "wrong_withheld_share"] == 0.0  # both wrong releases are still covered
     assert table.loc[0.8, "coverage"] == pytest.approx(2 / 5)
     assert table.loc[0.8, "risk"] == pytest.approx(1 / 2)
-    assert table.loc[0.8, "fail_closed"] == pytest.approx(1 / 2)  # the 0.55 wrong release is withheld
+    assert table.loc[0.8, "wrong_withheld_share"] == pytest.approx(1 / 2)  # the 0.55 wrong release is withheld
 
 
 def test_figures_facet_by_system_and_say_what_did_not_run(tmp_path: Path) -> None:
@@ -180,12 +184,18 @@ def test_figures_facet_by_system_and_say_what_did_not_run(tmp_path: Path) -> Non
         arm=["contractrl"] * 6 + ["full_regen"] * 6,
     )
     table = calibration(frame, (0.5, 0.8))
-    figure = _per_system_families("t", table.frame, "threshold", "coverage", "risk", "coverage", "risk")
+    figure = _per_system_families("t", table.frame, "threshold", "coverage", "risk", "coverage", "risk", "nothing")
     visible = [ax for ax in figure.axes if ax.get_visible()]
     assert [ax.get_title() for ax in visible] == sorted(set(table.frame["system"]))  # a panel per system
     (legend,) = figure.legends
     assert sorted(t.get_text() for t in legend.get_texts()) == sorted(families)  # each family once
     assert all(not ax.get_legend() for ax in visible)  # no legend inside a panel
+    assert not any(t.get_text() == "nothing" for ax in visible for t in ax.texts)
+    # a system none of whose answers reached a threshold: risk is undefined, and its panel says so
+    blind = table.frame.assign(risk=np.where(table.frame["system"] == "full_regen:hf", np.nan, table.frame["risk"]))
+    figure = _per_system_families("t", blind, "threshold", "coverage", "risk", "coverage", "risk", "nothing")
+    notes = {ax.get_title(): [t.get_text() for t in ax.texts] for ax in figure.axes if ax.get_visible()}
+    assert notes == {"contractrl:hf": [], "full_regen:hf": ["nothing"]}
     empty = Table("budget", "Table 30", "t", table.frame.iloc[0:0])
     plots = {
         p.name: p
@@ -214,11 +224,13 @@ def test_horizon_success_needs_every_step() -> None:
         collateral=[0, 0, 1, 0, 0, 0, 0],
     )
     chains = trajectories(frame).set_index("trajectory")
-    assert chains.loc[0, "semantic_success"] and not chains.loc[1, "semantic_success"]
-    assert not chains.loc[2, "semantic_success"] and not chains.loc[2, "completion"]  # 1 of 3 steps: incomplete
-    assert (chains.loc[0, "retries"], chains.loc[0, "collateral"], chains.loc[0, "generated_tokens"]) == (1, 1, 30)
+    assert chains.loc[0, "trajectory_success"] and not chains.loc[1, "trajectory_success"]
+    assert not chains.loc[2, "trajectory_success"] and not chains.loc[2, "completion"]  # 1 of 3 steps: incomplete
+    first = chains.loc[0, ["trajectory_retries", "trajectory_collateral", "trajectory_generated_tokens"]]
+    assert first.tolist() == [1, 1, 30]  # sums over the steps
     table = TABLES["horizon"](frame).frame
-    assert table.loc[0, "trajectories"] == 3 and table.loc[0, "semantic_success"] == pytest.approx(1 / 3)
+    assert table.loc[0, "trajectories"] == 3 and table.loc[0, "trajectory_success_mean"] == pytest.approx(1 / 3)
+    assert table.loc[0, "trajectory_generated_tokens_mean"] == pytest.approx(70 / 3)  # 30, 30 and 10 tokens
 
 
 def test_paired_table_matches_the_statistics_functions() -> None:
@@ -250,8 +262,9 @@ def test_paired_table_matches_the_statistics_functions() -> None:
     assert row.mcnemar_p == pytest.approx(mcnemar_exact(theirs.tolist(), mine.tolist()))
     order = sorted(range(n), key=lambda i: f"c{i}")  # the table pairs units in case-id order
     boot = paired_bootstrap(theirs[order].astype(float), mine[order].astype(float), resamples=2000, seed=0)
-    assert (row.difference, row.ci_low, row.ci_high) == pytest.approx((boot.difference, boot.low, boot.high))
-    assert not math.isnan(table.loc["generated_tokens", "effect_size"])
+    assert (row.difference_mean, row.ci_low, row.ci_high) == pytest.approx((boot.difference, boot.low, boot.high))
+    assert (row.system_mean, row.baseline_mean) == pytest.approx((mine.mean(), theirs.mean()))
+    assert not math.isnan(table.loc["generated_tokens", "effect_size_dz"])
 
 
 def _grpo_variant(run: str, success: list[bool], seed: int = 0) -> pd.DataFrame:
@@ -283,7 +296,7 @@ def test_runs_of_one_system_that_share_episodes_are_named_apart() -> None:
     success = table[table["metric"] == "semantic_success"].set_index("baseline")
     assert set(success.index) == {"contractrl:hf@grpo [t07]", "patch_sft:hf@sft"}
     assert (success["pairs"] == n).all()
-    assert success.loc["patch_sft:hf@sft", "difference"] == pytest.approx(0.5)
+    assert success.loc["patch_sft:hf@sft", "difference_mean"] == pytest.approx(0.5)
 
 
 def test_runs_of_one_system_on_other_seeds_pool() -> None:
@@ -546,3 +559,160 @@ def test_standing_names_the_leader_its_margin_and_the_families_behind_it() -> No
     assert "ahead on immutable_field (+1.00)" in line and "behind on wrong_type (-0.50)" in line
     assert "replay" not in line  # the oracle is a mechanism check, not a contender
     assert bfcl.startswith("bfcl:live_simple: contractrl:heuristic leads with 0.500 semantic success, +0.500 over")
+
+
+# --- outputs that explain themselves: a small report read as a user reads it ---------------------
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A job directory laid out as docs/analysis.md's snippets expect: ``runs/cases-heldout``, a
+    heuristic and an oracle-replay rollout (both on the contractrl arm), budget and horizon studies
+    and ``runs/report``."""
+    from contractrl.analysis.report import build_report
+    from contractrl.tasks.demonstrations import gold_answer
+
+    root = tmp_path_factory.mktemp("job")
+    runs = root / "runs"
+    config = GenerateConfig(seed=4, n=26)
+    generated = generate_cases(config)
+    write_case_set(generated, runs / "cases-heldout", config.to_dict())
+    public = [c.public for c in generated]
+    heuristic = EpisodeRunner(HeuristicPolicy(), LocalPool(1))
+    write_run(runs / "rollout-heuristic", {"policy": "heuristic"}, heuristic, public, group=1, seed=0)
+    replay = ReplayPolicy({c.public.case_id: [gold_answer(c, "contractrl")] for c in generated})
+    write_run(runs / "rollout-replay", {"policy": "replay"}, EpisodeRunner(replay, LocalPool(1)), public, group=1, seed=0)
+    setup = StudySetup(lambda _: HeuristicPolicy(), LocalPool(1), progress=False)
+    budget_study(setup, public, runs / "study-heuristic", budgets=((1, 1), (2, 2)))
+    horizon_study(setup, public, runs / "study-heuristic", horizons=(1, 2))
+    roots = [runs / "rollout-heuristic", runs / "rollout-replay", runs / "study-heuristic"]
+    build_report(roots, runs / "report", cases=[runs / "cases-heldout"], use_ray=False, progress=False)
+    return root
+
+
+def _parquet_files(report: Path) -> list[Path]:
+    return [report / "episodes.parquet", report / "overview.parquet", *sorted((report / "tables").glob("*.parquet"))]
+
+
+def test_episodes_carry_their_system_a_unique_key_and_relative_runs(job: Path) -> None:
+    report = job / "runs" / "report"
+    episodes = pd.read_parquet(report / "episodes.parquet")
+    assert episodes["episode_key"].is_unique
+    assert not episodes["episode_id"].is_unique  # why the key exists: every run repeats case/arm/seed/sample
+    assert json.loads((report / "report.json").read_text())["job_dir"] == str((job / "runs").resolve())
+    assert {"rollout-heuristic", "rollout-replay", "study-heuristic/budget-b1-k1"} <= set(episodes["run"])
+    assert not any(run.startswith("/") for run in episodes["run"])
+    assert (episodes["episode_key"] == episodes["run"] + "/" + episodes["episode_id"]).all()
+    main = episodes[episodes["study"] == "main"]
+    # one arm, two systems: grouping by arm alone would pool the heuristic with the oracle
+    assert set(main["arm"]) == {"contractrl"}
+    assert set(main["system"]) == {"contractrl:heuristic", "contractrl:replay"}
+    horizon = episodes[episodes["study"] == "horizon"]
+    assert horizon["step"].notna().all() and main["step"].isna().all()
+
+
+def test_every_written_column_is_typed_described_and_documented(job: Path) -> None:
+    from contractrl.analysis.dictionary import DICTIONARY, descriptions, markdown
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text()
+    assert markdown() in docs  # the docs carry the dictionary verbatim
+    written: set[str] = set()
+    for path in _parquet_files(job / "runs" / "report"):
+        described = descriptions(path)
+        frame = pd.read_parquet(path)
+        for column in frame.columns:
+            written.add(column)
+            assert described[column] == DICTIONARY[column].description != "", (path.name, column)
+            assert str(frame[column].dtype) == DICTIONARY[column].dtype, (path.name, column, frame[column].dtype)
+            assert f"| `{column}` |" in docs, column
+        assert not [c for c in frame.columns if frame[c].dtype == object], path.name
+    episodes = pd.read_parquet(job / "runs" / "report" / "episodes.parquet")
+    assert str(episodes["max_attempts"].dtype) == "Int64" and episodes["max_attempts"].notna().any()
+    assert str(episodes["exact_patch_match"].dtype) == "boolean"
+    # an empty table (no case-matched runs were given) still has its typed, described columns
+    case_matched = pd.read_parquet(job / "runs" / "report" / "tables" / "case_matched.parquet")
+    assert case_matched.empty and str(case_matched["semantic_success_mean"].dtype) == "float64"
+    # one name per quantity: no table reuses a per-episode name for an aggregate
+    per_episode = {"collateral", "generated_tokens", "latency_s", "semantic_success", "retries", "probes"}
+    for path in _parquet_files(job / "runs" / "report")[1:]:
+        assert not per_episode & set(pd.read_parquet(path).columns), path.name
+
+
+def _python_blocks(markdown_text: str) -> list[str]:
+    blocks, current = [], None
+    for line in markdown_text.splitlines():
+        if current is None and line.strip() == "```python":
+            current = []
+        elif current is not None and line.strip() == "```":
+            blocks.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_the_docs_pandas_snippets_give_the_tables_answers(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ```python block of docs/analysis.md runs against a generated report (their asserts
+    compare the documented groupby with the written tables)."""
+    blocks = _python_blocks((Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text())
+    assert len(blocks) >= 3
+    monkeypatch.chdir(job)
+    for block in blocks:
+        exec(compile(block, "docs/analysis.md", "exec"), {})
+
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+# appended to a copy of the page: after load, the page's and each table box's widths, and the images
+_PROBE = """<script>
+window.addEventListener("load", () => {
+  const boxes = [...document.querySelectorAll(".scroll")];
+  const result = {
+    scrollWidth: document.documentElement.scrollWidth,
+    innerWidth: window.innerWidth,
+    images: document.images.length,
+    broken: [...document.images].filter((i) => !i.complete || i.naturalWidth === 0).map((i) => i.src),
+    wideTables: boxes.filter((b) => b.scrollWidth > b.clientWidth + 1).length,
+  };
+  const pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(result);
+  document.body.appendChild(pre);
+});
+</script>"""
+_BROWSER = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,2000")
+
+
+def _probe(page: Path) -> dict:
+    probe = page.with_name(f"probe-{page.name}")
+    probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+    args = [str(CHROMIUM), *_BROWSER, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
+    dom = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'<pre id="probe">([^<]*)</pre>', dom)
+    assert found, dom[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def _not_blank(png: Path) -> None:
+    from matplotlib.image import imread
+
+    pixels = imread(png)
+    assert pixels.std() > 0.01, f"{png.name} is blank"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium): nothing renders the page")
+def test_the_report_page_renders_without_blank_figures_or_overflow(job: Path, tmp_path: Path) -> None:
+    report = job / "runs" / "report"
+    probe = _probe(report / "index.html")
+    assert probe["scrollWidth"] <= probe["innerWidth"], probe  # nothing widens the page past the window
+    not_run = (report / "index.html").read_text().count("class='not-run'")  # no model ran: no coverage, no scaling
+    assert probe["images"] == len(PLOTS) - not_run == 3 and probe["broken"] == [], probe
+    assert probe["wideTables"] == 0, probe  # at 1280 px every table of this report shows all its columns
+    shot = tmp_path / "page.png"
+    subprocess.run([str(CHROMIUM), *_BROWSER, f"--screenshot={shot}", (report / "index.html").as_uri()], timeout=120, check=True)
+    _not_blank(shot)
+    for name in PLOTS:
+        _not_blank(report / "plots" / f"{name}.png")
+    # the probe can fail: a page with a block wider than the window is caught
+    wide = tmp_path / "wide.html"
+    wide.write_text("<!doctype html><html><body><div style='width:3000px'>x</div></body></html>")
+    assert _probe(wide)["scrollWidth"] > 1280

@@ -4,6 +4,7 @@ paths agree, and the per-episode metrics on hand-built rows."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 
 from contractrl.analysis.join import join_runs, read_episodes
 from contractrl.analysis.metrics import episode_metrics
+from contractrl.errors import ContractRLError
 from contractrl.rollout.ledger import LedgerError, LedgerIntegrityError, decode_row
 from contractrl.rollout.policies import HeuristicPolicy
 from contractrl.rollout.run import write_run
@@ -54,7 +56,6 @@ def test_join_scores_every_episode_with_ray_data_and_locally(run: tuple[Path, Pa
 
 def test_join_refuses_unfrozen_and_tampered_ledgers(run: tuple[Path, Path], tmp_path: Path) -> None:
     cases, run_dir = run
-    import shutil
 
     unfrozen = tmp_path / "unfrozen"
     shutil.copytree(run_dir, unfrozen)
@@ -177,3 +178,32 @@ def test_confidence_pointer_fix_and_leakage_by_hand() -> None:
     # a public half that quotes the hidden target is leakage
     leaky = dataclasses.replace(PUBLIC, request='set it to {"a":2,"b":1}')
     assert episode_metrics(_row(), leaky, gold, success=True, unsafe=False)["leakage"] == 1
+
+
+def test_runs_are_named_relative_to_the_job_directory(tmp_path: Path) -> None:
+    from contractrl.analysis.join import job_dir, relative_run
+
+    runs = [tmp_path / "job" / "train" / "eval" / "after-sft", tmp_path / "job" / "eval" / "heuristic"]
+    base = job_dir(runs)
+    assert base == (tmp_path / "job").resolve()
+    assert [relative_run(r, base) for r in runs] == ["train/eval/after-sft", "eval/heuristic"]
+    assert relative_run(tmp_path / "job" / "h", job_dir([tmp_path / "job" / "h"])) == "h"  # one run keeps its name
+    with pytest.raises(ContractRLError, match="not below the job directory"):
+        relative_run(tmp_path / "elsewhere", base)
+
+
+def test_the_joined_rows_match_the_data_dictionary_and_duplicates_are_refused(run: tuple[Path, Path], tmp_path: Path) -> None:
+    from contractrl.analysis.dictionary import EPISODE_COLUMNS
+    from contractrl.analysis.join import EPISODE_SCHEMA
+
+    # the dictionary documents every scored column, plus the two read_episodes adds
+    assert {c.name for c in EPISODE_COLUMNS} == {*EPISODE_SCHEMA.names, "system", "episode_key"}
+    cases, run_dir = run
+    frame = read_episodes(join_runs([run_dir], [cases], tmp_path / "once", use_ray=False))
+    assert set(frame["run"]) == {"run"} and set(frame["system"]) == {"contractrl:heuristic"}
+    assert frame["episode_key"].is_unique and len(frame) == 78
+    twice = join_runs([run_dir, run_dir], [cases], tmp_path / "twice", use_ray=False)
+    assert len(read_episodes(twice)) == 78  # one run given twice is scored once
+    shutil.copy(twice / "part-0.parquet", twice / "part-1.parquet")  # rows read twice are refused, not pooled
+    with pytest.raises(ContractRLError, match="share a run and an episode id"):
+        read_episodes(twice)

@@ -10,13 +10,20 @@ reader sees does not depend on how many workers scored them.
 A run's manifest may carry ``labels`` (the study and condition it belongs to: feedback variant,
 budget, prompt mode, stage, model, transfer fold, horizon) and ``trajectories`` (the chained case
 ids of a long-horizon run). Both are public: they become columns of every scored row.
+
+A row's ``run`` is its run directory relative to the *job directory* (the common ancestor of the
+runs' parents, or the one the caller names: ``contractrl report`` names the common ancestor of its
+arguments), so a table reads the same on every machine and no absolute path leaks into it.
+:func:`read_episodes` adds ``system`` and ``episode_key`` (unique across runs, where ``episode_id``
+is unique only within a run) and gives every column its dtype from the data dictionary.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +35,9 @@ from ..errors import ContractRLError
 from ..evidence.judge import Judge
 from ..rollout.ledger import LEDGER_DIR, TIMING_FIELDS, decode_row, read_ledger, read_manifest
 from ..tasks.offline import read_cases
+from .dictionary import EPISODE_COLUMNS, typed
 from .metrics import SCORED_SCHEMA, episode_metrics
+from .systems import with_system
 
 EPISODES = "episodes"
 
@@ -60,12 +69,31 @@ EPISODE_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class VerifiedRun:
-    run_dir: str
+    """A run whose ledger verified: where its shards are and what its rows carry besides them."""
+
+    run_dir: str  # absolute: where the shards are read from
     rows: int
     shards: tuple[str, ...]
     labels: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # case_id -> (trajectory, step)
     timing: dict[str, dict[str, Any]] = field(default_factory=dict)  # row_hash -> wall-clock fields (not in the shards)
+    name: str = ""  # the ``run`` column: run_dir relative to the job directory
+
+
+def job_dir(run_dirs: Sequence[str | Path]) -> Path:
+    """The default job directory of some runs: the common ancestor of their parent directories
+    (``runs/main`` for ``runs/main/eval/heuristic`` and ``runs/main/train/eval/after-sft``)."""
+    parents = [str(Path(run).resolve().parent) for run in run_dirs]
+    return Path(os.path.commonpath(parents)) if parents else Path.cwd()
+
+
+def relative_run(run_dir: str | Path, base: Path) -> str:
+    """A run's name in the tables: its path below ``base`` (POSIX separators)."""
+    resolved = Path(run_dir).resolve()
+    try:
+        return resolved.relative_to(base.resolve()).as_posix()
+    except ValueError:
+        raise ContractRLError(f"run {resolved} is not below the job directory {base}") from None
 
 
 def run_labels(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +120,8 @@ def verify_runs(run_dirs: Sequence[str | Path], progress: bool = False) -> list[
         steps = {case: (t, s) for t, chain in enumerate(manifest.get("trajectories") or []) for s, case in enumerate(chain)}
         shards = tuple(str(p.resolve()) for p in sorted((Path(run) / LEDGER_DIR).glob("shard-*.parquet")))
         timing = {row["row_hash"]: {k: row[k] for k in TIMING_FIELDS if k in row} for row in rows}
-        out.append(VerifiedRun(str(Path(run).resolve()), len(rows), shards, run_labels(manifest), steps, timing))
+        resolved = Path(run).resolve()
+        out.append(VerifiedRun(str(resolved), len(rows), shards, run_labels(manifest), steps, timing, resolved.name))
     return out
 
 
@@ -123,7 +152,7 @@ class EpisodeScorer:
             case_id = row["case_id"]
             record = episode_metrics(row, judge.public(case_id), judge.offline(case_id), verdict.success, verdict.unsafe)
             trajectory, step = run.steps.get(case_id, (None, None))
-            record.update(run.labels, trajectory=trajectory, step=step, run=run.run_dir, row_hash=row["row_hash"])
+            record.update(run.labels, trajectory=trajectory, step=step, run=run.name, row_hash=row["row_hash"])
             scored.append(record)
         return pa.Table.from_pylist(scored, schema=EPISODE_SCHEMA)
 
@@ -136,9 +165,11 @@ def join_runs(
     use_ray: bool = True,
     workers: int = 1,
     progress: bool = False,
+    base: str | Path | None = None,
 ) -> Path:
-    """Write the parquet dataset ``out_dir/episodes/``: one scored row per episode of every run."""
-    return join_groups([(run_dirs, case_dirs)], out_dir, use_ray=use_ray, workers=workers, progress=progress)
+    """Write the parquet dataset ``out_dir/episodes/``: one scored row per episode of every run;
+    ``base`` is the job directory the ``run`` column is relative to (default :func:`job_dir`)."""
+    return join_groups([(run_dirs, case_dirs)], out_dir, use_ray=use_ray, workers=workers, progress=progress, base=base)
 
 
 def join_groups(
@@ -148,12 +179,15 @@ def join_groups(
     use_ray: bool = True,
     workers: int = 1,
     progress: bool = False,
+    base: str | Path | None = None,
 ) -> Path:
     """:func:`join_runs` over several (runs, case sets) groups in one pass; each group's runs are
     scored against its own case sets only."""
+    root = Path(base) if base is not None else job_dir([run for run_dirs, _ in groups for run in run_dirs])
     by_shard: dict[str, tuple[int, VerifiedRun]] = {}
     for index, (run_dirs, _) in enumerate(groups):
         for run in verify_runs(run_dirs, progress):
+            run = replace(run, name=relative_run(run.run_dir, root))
             by_shard.update({shard: (index, run) for shard in run.shards})
     case_dirs = [[str(Path(c).resolve()) for c in cases] for _, cases in groups]
     out = Path(out_dir) / EPISODES
@@ -169,12 +203,17 @@ def join_groups(
 
 
 def read_episodes(path: str | Path) -> pd.DataFrame:
-    """A joined episodes dataset as one frame, sorted by run and episode id."""
+    """A joined episodes dataset as one frame, sorted by run and episode id, with ``system`` and
+    ``episode_key`` added and the data dictionary's dtypes (nullable ``Int64`` and ``boolean``
+    where a value may be missing, never ``object``), in the dictionary's column order."""
     files = sorted(Path(path).glob("*.parquet")) if Path(path).is_dir() else [Path(path)]
-    if not files:
-        return EPISODE_SCHEMA.empty_table().to_pandas()
-    frame = pa.concat_tables([pq.read_table(f, schema=EPISODE_SCHEMA) for f in files]).to_pandas()
-    return frame.sort_values(["run", "episode_id"], kind="stable").reset_index(drop=True)
+    tables = [pq.read_table(f, schema=EPISODE_SCHEMA) for f in files] or [EPISODE_SCHEMA.empty_table()]
+    frame = typed(pa.concat_tables(tables).to_pandas())
+    frame = frame.sort_values(["run", "episode_id"], kind="stable").reset_index(drop=True)
+    frame = with_system(frame).assign(episode_key=frame["run"] + "/" + frame["episode_id"])
+    if not frame["episode_key"].is_unique:
+        raise ContractRLError(f"two rows of {path} share a run and an episode id: a scored file is there twice")
+    return typed(frame[[c.name for c in EPISODE_COLUMNS]])
 
 
 def _score_with_ray(
@@ -204,7 +243,9 @@ __all__ = [
     "RUN_LABELS",
     "EpisodeScorer",
     "VerifiedRun",
+    "job_dir",
     "join_runs",
     "read_episodes",
+    "relative_run",
     "verify_runs",
 ]

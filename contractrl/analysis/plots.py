@@ -5,7 +5,10 @@ Figures whose curves are per case family (families are never averaged into one c
 panel per system, so a legend names each family once; every legend sits outside the axes. A
 figure whose study was not given to the report is not an empty box: it is a one-line note,
 "not run: <the command that makes it>", both in the PNG (so a report always has the same files)
-and in the HTML page.
+and in the HTML page. A panel with nothing to draw (no threshold covered an answer, so risk is
+undefined) says so inside the panel instead of showing empty axes. Shares (success, coverage,
+risk) are drawn on [0, 1] and counts from 0, so a single point is not blown up to fill the axes;
+systems that coincide get distinct markers, and budget labels at one point are joined.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ PLOTS = ("success_vs_tokens", "budget_frontier", "coverage_risk", "scaling", "ho
 _PANEL = (4.2, 3.2)  # inches per panel
 _SINGLE = (6.5, 4.2)  # inches of a one-panel figure
 _MAX_COLUMNS = 3
+_SHARE = (-0.03, 1.03)  # axis limits of a share: the whole [0, 1] range, margins for the markers
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ def _panels(title: str, names: list[str]) -> tuple[Figure, list[Axes]]:
         ax.grid(alpha=0.3)
     for ax in axes[len(names) :]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(title, fontsize=11, y=1.0 if names == [""] else 1.04)  # clear of the panel titles
     return fig, axes[: len(names)]
 
 
@@ -75,17 +80,27 @@ def _legend_outside(fig: Figure, axes: list[Axes]) -> None:
         fig.legend(list(seen.values()), list(seen), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
 
 
-def _per_system_families(title: str, frame: pd.DataFrame, order: str, x: str, y: str, xlabel: str, ylabel: str) -> Figure:
-    """A panel per system, a line per case family inside it."""
+def _per_system_families(
+    title: str, frame: pd.DataFrame, order: str, x: str, y: str, xlabel: str, ylabel: str, empty: str
+) -> Figure:
+    """A panel per system, a line per case family inside it; a family with no drawable point is
+    left out of the legend, and a panel with none says ``empty`` instead of showing bare axes."""
     systems = sorted(str(s) for s in frame["system"].unique())
     families = sorted(str(f) for f in frame["case_family"].unique())
     colours = _pyplot().get_cmap("tab20")  # 13 families: one colour each, the same in every panel
     fig, axes = _panels(title, systems)
     for ax, system in zip(axes, systems, strict=True):
+        drawn = 0
         for family, rows in frame[frame["system"] == system].groupby("case_family"):
             rows = rows.sort_values(order)
+            rows = rows[rows[x].notna() & rows[y].notna()]
+            if rows.empty:
+                continue
             colour = colours(families.index(str(family)) % colours.N)
             ax.plot(rows[x], rows[y], marker=".", linewidth=0.9, alpha=0.85, color=colour, label=str(family))
+            drawn += 1
+        if not drawn:
+            ax.text(0.5, 0.5, empty, ha="center", va="center", wrap=True, fontsize=8, color="0.35", transform=ax.transAxes)
     for ax in axes:
         ax.set_xlabel(xlabel, fontsize=8)
     axes[0].set_ylabel(ylabel, fontsize=8)
@@ -97,13 +112,23 @@ def success_vs_tokens(tables: dict[str, Table]) -> Figure | None:
     frame = tables["same_information"].frame
     if frame.empty:
         return None
-    fig, (ax,) = _panels("Semantic success against generated tokens, per arm (one point per case family)", [""])
-    for system, rows in frame.groupby("system"):
-        ax.scatter(rows["generated_tokens"], rows["semantic_success"], label=str(system), s=18, alpha=0.8)
-    ax.set_xlabel("generated tokens per episode", fontsize=8)
-    ax.set_ylabel("semantic success", fontsize=8)
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_xlim(left=0)
+    fig, (ax,) = _panels("Semantic success against generated tokens, per system (one point per case family)", [""])
+    for index, (system, rows) in enumerate(frame.groupby("system")):
+        marker = _MARKERS[index % len(_MARKERS)]  # systems at the same point stay visible: hollow, distinct shapes
+        ax.scatter(
+            rows["generated_tokens_mean"],
+            rows["semantic_success_mean"],
+            label=str(system),
+            s=26 + 10 * (index % 4),
+            marker=marker,
+            facecolors="none",
+            edgecolors=f"C{index % 10}",
+            linewidths=1.1,
+        )
+    ax.set_xlabel("mean generated tokens per episode", fontsize=8)
+    ax.set_ylabel("semantic success rate", fontsize=8)
+    ax.set_ylim(*_SHARE)
+    ax.set_xlim(left=-0.5)
     _legend_outside(fig, [ax])
     return fig
 
@@ -113,14 +138,21 @@ def budget_frontier(tables: dict[str, Table]) -> Figure | None:
     if frame.empty:
         return None
     fig, (ax,) = _panels("Budget frontier: success against collateral edits (mean of families)", [""])
-    per_budget = frame.groupby(["system", "max_attempts", "max_ops"], as_index=False)[["semantic_success", "collateral"]].mean()
+    means = ["semantic_success_mean", "collateral_mean"]
+    per_budget = frame.groupby(["system", "max_attempts", "max_ops"], as_index=False)[means].mean()
     for system, rows in per_budget.groupby("system"):
-        ax.plot(rows["collateral"], rows["semantic_success"], marker="o", label=str(system))
+        ax.plot(rows["collateral_mean"], rows["semantic_success_mean"], marker="o", label=str(system))
+        at: dict[tuple[float, float], list[str]] = {}  # budgets that land on one point share one label
         for row in rows.itertuples():
-            ax.annotate(f"B{row.max_attempts}K{row.max_ops}", (row.collateral, row.semantic_success), fontsize=7)
-    ax.set_xlabel("collateral edits per episode", fontsize=8)
-    ax.set_ylabel("semantic success", fontsize=8)
-    ax.set_ylim(-0.03, 1.03)
+            at.setdefault((round(row.collateral_mean, 6), round(row.semantic_success_mean, 6)), []).append(
+                f"B{row.max_attempts}K{row.max_ops}"
+            )
+        for (x, y), names in at.items():
+            ax.annotate(", ".join(names), (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
+    ax.set_xlabel("mean collateral edits per episode", fontsize=8)
+    ax.set_ylabel("semantic success rate", fontsize=8)
+    ax.set_ylim(*_SHARE)
+    ax.set_xlim(left=-0.02, right=max(1.0, float(per_budget["collateral_mean"].max()) * 1.15))
     _legend_outside(fig, [ax])
     return fig
 
@@ -129,9 +161,20 @@ def coverage_risk(tables: dict[str, Table]) -> Figure | None:
     frame = tables["calibration"].frame
     if frame.empty:
         return None
-    return _per_system_families(
-        "Coverage against semantic risk at fixed thresholds", frame, "threshold", "coverage", "risk", "coverage", "risk (covered)"
+    fig = _per_system_families(
+        "Coverage against semantic risk at fixed thresholds",
+        frame,
+        "threshold",
+        "coverage",
+        "risk",
+        "coverage (share released at the threshold)",
+        "risk (share of covered that fail)",
+        "no answer reached a threshold:\ncoverage 0, risk undefined",
     )
+    for ax in fig.axes[: frame["system"].nunique()]:
+        ax.set_xlim(*_SHARE)
+        ax.set_ylim(*_SHARE)
+    return fig
 
 
 def scaling(tables: dict[str, Table]) -> Figure | None:
@@ -139,14 +182,16 @@ def scaling(tables: dict[str, Table]) -> Figure | None:
     if frame.empty:
         return None
     fig, (ax,) = _panels("Semantic success by model (mean of families)", [""])
-    per_model = frame.groupby(["model", "stage"], as_index=False)["semantic_success"].mean()
+    per_model = frame.groupby(["model", "stage"], as_index=False)["semantic_success_mean"].mean()
     models = sorted(set(per_model["model"]))
     for stage, rows in per_model.groupby("stage"):
         xs = [models.index(m) for m in rows["model"]]
-        ax.plot(xs, rows["semantic_success"], marker="o", label=f"after {stage or '?'}")
+        ax.plot(xs, rows["semantic_success_mean"], marker="o", label=f"after {stage}" if stage else "untrained")
     ax.set_xticks(range(len(models)), models, rotation=20, fontsize=7)
-    ax.set_ylabel("semantic success", fontsize=8)
-    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlim(-0.5, len(models) - 0.5)
+    ax.set_xlabel("model", fontsize=8)
+    ax.set_ylabel("semantic success rate", fontsize=8)
+    ax.set_ylim(*_SHARE)
     _legend_outside(fig, [ax])
     return fig
 
@@ -155,15 +200,23 @@ def horizon_decay(tables: dict[str, Table]) -> Figure | None:
     frame = tables["horizon"].frame
     if frame.empty:
         return None
-    return _per_system_families(
+    fig = _per_system_families(
         "Trajectory success against horizon",
         frame,
         "horizon",
         "horizon",
-        "semantic_success",
+        "trajectory_success_mean",
         "trajectory length (steps)",
-        "trajectory semantic success",
+        "trajectory success rate",
+        "no trajectory",
     )
+    horizons = sorted(int(h) for h in frame["horizon"].dropna().unique())
+    for ax in fig.axes[: frame["system"].nunique()]:
+        ax.set_ylim(*_SHARE)
+        if horizons:
+            ax.set_xticks(horizons)
+            ax.set_xlim(min(horizons) - 0.5, max(horizons) + 0.5)
+    return fig
 
 
 # name -> (title, the command whose runs the figure needs, draw)

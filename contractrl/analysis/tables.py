@@ -5,21 +5,24 @@ averages over, and a metric that is undefined for some episodes (exact-patch mat
 whole-object arms, confidence for policies without log-probabilities) carries its own ``*_n``
 count. Rows never pool case families: ``case_family`` is part of every grouping.
 
-A *system* is what produced an episode: its arm, its policy and (for trained policies) the stage
-the weights come from, e.g. ``contractrl:hf@grpo`` or ``contractrl:heuristic``.
+Rows are per *system* (``systems.py``: arm, policy and stage, e.g. ``contractrl:heuristic``). A
+column says how it aggregates (``semantic_success_mean``, ``latency_s_p95``,
+``unsafe_dispatch_total``): every name is in the data dictionary (``dictionary.py``), and each table
+is cast to its dtypes there, so an empty table has the same typed columns as a full one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePath
 
 import numpy as np
 import pandas as pd
 
 from ..tasks.corruptions import CLEAN_FAMILIES, NOISE_FAMILIES
+from .dictionary import typed
 from .stats import effect_size, mcnemar_exact, paired_bootstrap, seed_spread
+from .systems import run_names, with_system
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
 REFERENCE_POLICIES = frozenset({"heuristic", "replay"})
@@ -52,6 +55,8 @@ class Table:
 
 def _markdown(frame: pd.DataFrame) -> str:
     def cell(value: object) -> str:
+        if value is pd.NA:  # a missing Int64 or boolean
+            return ""
         if isinstance(value, float | np.floating):
             return "" if np.isnan(value) else f"{value:.4f}"
         return str(value).replace("|", "\\|")
@@ -65,40 +70,6 @@ def _markdown(frame: pd.DataFrame) -> str:
 # --- aggregation ---------------------------------------------------------------------------------
 
 
-# what makes one episode of a system: two runs of a system that share one of these are two systems
-_EPISODE_UNIT = ("study", "condition", "mode", "case_id", "seed", "sample", "trajectory", "step")
-
-
-def with_system(frame: pd.DataFrame) -> pd.DataFrame:
-    """The episodes with a ``system`` column (arm, policy and stage).
-
-    Runs of one system pool (more seeds, other studies) unless they hold the same episode: then
-    they are variants, say GRPO from one adapter under two settings, and each is named after its
-    run, ``system [run]``; pooling them would pair one case with two episodes.
-    """
-    out = frame.copy()
-    stage = out["stage"].fillna("")
-    out["system"] = out["arm"] + ":" + out["policy"] + np.where(stage != "", "@" + stage, "")
-    if "run" not in out.columns:
-        return out
-    unit = [c for c in _EPISODE_UNIT if c in out.columns]
-    for system, rows in out.groupby("system", sort=False):
-        if rows.drop_duplicates(["run", *unit]).duplicated(unit).any():
-            names = run_names(sorted(rows["run"].unique()))
-            out.loc[rows.index, "system"] = system + " [" + rows["run"].map(names) + "]"
-    return out
-
-
-def run_names(runs: Sequence[str]) -> dict[str, str]:
-    """Each run path cut to the parts that tell it from the others (``runs/a/eval/x`` and
-    ``runs/b/eval/x``: ``a`` and ``b``)."""
-    parts = [PurePath(run).parts for run in runs]
-    shortest = min(len(p) for p in parts)
-    head = next((i for i in range(shortest) if len({p[i] for p in parts}) > 1), shortest)
-    tail = next((i for i in range(shortest - head) if len({p[len(p) - 1 - i] for p in parts}) > 1), shortest - head)
-    return {run: "/".join(p[head : len(p) - tail]) or run for run, p in zip(runs, parts, strict=True)}
-
-
 def p95(values: pd.Series) -> float:
     """The 95th percentile (linear interpolation, numpy's default); NaN for no values."""
     clean = values.dropna().to_numpy(dtype=float)
@@ -110,7 +81,20 @@ def _mean(values: pd.Series) -> float:
     return float(clean.astype(float).mean()) if len(clean) else float("nan")
 
 
-Agg = tuple[str, str]  # (column, how): how is mean, rate_n (mean with its own denominator), p95, sum, any_rate
+Agg = tuple[str, str]  # (column, how): how is mean, rate_n (mean with its own denominator), p95 or sum
+# how -> the suffixes of the columns it writes: one name per quantity, the suffix says how it aggregates
+SUFFIXES = {"mean": ("_mean",), "rate_n": ("_mean", "_n"), "p95": ("_p95",), "sum": ("_total",)}
+DENOMINATORS = ("episodes", "cases", "seeds")
+
+
+def summary_columns(by: Sequence[str], metrics: Sequence[Agg], spread: str | None) -> list[str]:
+    """The columns :func:`summarize` writes, in order (an empty table has them too)."""
+    names = [*by, *DENOMINATORS]
+    for column, how in metrics:
+        if how not in SUFFIXES:
+            raise ValueError(f"unknown aggregation {how!r}")
+        names += [column + suffix for suffix in SUFFIXES[how]]
+    return names + ([f"{spread}_seed_sd"] if spread else [])
 
 
 def summarize(
@@ -118,42 +102,37 @@ def summarize(
 ) -> pd.DataFrame:
     """One row per group: the denominators, then each metric; ``spread`` adds the seed spread of a
     metric (the standard deviation of its per-seed means), reported apart from any interval."""
+    columns = summary_columns(by, metrics, spread)
     rows = []
-    if frame.empty:
-        return pd.DataFrame(columns=[*by, "episodes", "cases", "seeds"])
-    for key, group in frame.groupby(list(by), sort=True, dropna=False):
+    for key, group in frame.groupby(list(by), sort=True, dropna=False) if len(frame) else []:
         keys = key if isinstance(key, tuple) else (key,)
         row: dict[str, object] = dict(zip(by, keys, strict=True))
         row.update(episodes=len(group), cases=group["case_id"].nunique(), seeds=group["seed"].nunique())
         for column, how in metrics:
             values = group[column]
             if how == "mean":
-                row[column] = _mean(values)
+                row[f"{column}_mean"] = _mean(values)
             elif how == "rate_n":
-                row[column] = _mean(values)
+                row[f"{column}_mean"] = _mean(values)
                 row[f"{column}_n"] = int(values.notna().sum())
             elif how == "p95":
                 row[f"{column}_p95"] = p95(values)
-            elif how == "sum":
+            else:  # sum
                 row[f"{column}_total"] = int(values.sum())
-            elif how == "any_rate":  # share of episodes where a count is at least one
-                row[f"{column}_rate"] = float((values > 0).mean())
-            else:
-                raise ValueError(f"unknown aggregation {how!r}")
         if spread:
             per_seed = group.groupby("seed")[spread].mean()
             row[f"{spread}_seed_sd"] = seed_spread(per_seed.astype(float).to_dict())
         rows.append(row)
-    out = pd.DataFrame(rows)
-    for column in by:  # integer labels (budgets, horizon) come back as floats next to nulls
-        values = out[column].dropna()
-        if out[column].dtype.kind == "f" and len(values) and (values == values.round()).all():
-            out[column] = out[column].astype("Int64")
-    return out
+    return typed(pd.DataFrame(rows, columns=columns))
 
 
 def _study(frame: pd.DataFrame, study: str) -> pd.DataFrame:
     return frame[frame["study"] == study]
+
+
+def _with_retried(frame: pd.DataFrame) -> pd.DataFrame:
+    """``retried``: the episode retried at least once (its mean is the share of episodes that did)."""
+    return frame.assign(retried=frame["retries"] > 0)
 
 
 def case_matched(frame: pd.DataFrame, by: Sequence[str] = ("case_family",)) -> pd.DataFrame:
@@ -192,7 +171,7 @@ def same_information(frame: pd.DataFrame) -> Table:
         "Table 2",
         "Same-information comparison: every arm sees the identical public block",
         summarize(rows, MAIN_BY, OUTCOME),
-        ("Rates are episode means; exact_patch_match is undefined for whole-object arms (its own _n).",),
+        ("*_mean columns are episode means; exact_patch_match is undefined for whole-object arms (its own _n).",),
     )
 
 
@@ -216,12 +195,12 @@ def case_matched_comparison(frame: pd.DataFrame) -> Table:
 
 
 def retry_efficiency(frame: pd.DataFrame) -> Table:
-    rows = case_matched(_study(frame, "main").query("mode == 'case_matched'"))
+    rows = _with_retried(case_matched(_study(frame, "main").query("mode == 'case_matched'")))
     metrics = [
         ("first_attempt_valid", "mean"),
         ("schema_valid", "mean"),
         ("retries", "mean"),
-        ("retries", "any_rate"),
+        ("retried", "mean"),
         ("generated_tokens", "mean"),
         ("prompt_tokens", "mean"),
         ("validator_calls", "mean"),
@@ -279,11 +258,11 @@ def retry_by_op(frame: pd.DataFrame) -> Table:
         ("first_attempt_valid", "mean"),
         ("schema_valid", "mean"),
         ("retries", "mean"),
-        ("retries", "any_rate"),
+        ("retried", "mean"),
         ("masked_attempts", "mean"),
         ("semantic_success", "mean"),
     ]
-    rows = _study(frame, "main")
+    rows = _with_retried(_study(frame, "main"))
     return Table(
         "retry_by_op",
         "Table 15",
@@ -366,11 +345,14 @@ def verifier_noise(frame: pd.DataFrame) -> Table:
 
 
 def trajectories(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per chained trajectory: it succeeds only if it has every step and each step succeeded."""
+    """One row per chained trajectory: it succeeds only if it has every step and each step succeeded.
+
+    Its sums over steps are named ``trajectory_*`` (``trajectory_retries``): a trajectory's retries
+    are not an episode's, and the horizon table's means of them say so."""
     rows = _study(frame, "horizon")
     rows = rows[rows["trajectory"].notna()]
     if rows.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=["case_id", "seed", "case_family", "horizon", "arm", "system"])
     keys = ["run", "trajectory", "seed", "sample"]
     rows = rows.assign(decided=rows["schema_valid"] | rows["abstained"])
     agg = rows.groupby(keys, sort=True).agg(
@@ -382,17 +364,17 @@ def trajectories(frame: pd.DataFrame) -> pd.DataFrame:
         steps=("step", "nunique"),
         completed=("decided", "all"),
         step_success=("semantic_success", "all"),
-        retries=("retries", "sum"),
-        generated_tokens=("generated_tokens", "sum"),
-        latency_s=("latency_s", "sum"),
-        collateral=("collateral", "sum"),
+        trajectory_retries=("retries", "sum"),
+        trajectory_generated_tokens=("generated_tokens", "sum"),
+        trajectory_latency_s=("latency_s", "sum"),
+        trajectory_collateral=("collateral", "sum"),
         case_id=("case_id", "first"),
     )
     if (agg["families"] > 1).any():
         raise ValueError("a trajectory mixes case families; build trajectories within one family")
     agg["complete"] = agg["steps"] == agg["horizon"]
     agg["completion"] = agg["completed"] & agg["complete"]
-    agg["semantic_success"] = agg["step_success"] & agg["complete"]
+    agg["trajectory_success"] = agg["step_success"] & agg["complete"]
     return agg.reset_index()
 
 
@@ -400,15 +382,14 @@ def horizon(frame: pd.DataFrame) -> Table:
     chains = trajectories(frame)
     metrics = [
         ("completion", "mean"),
-        ("semantic_success", "mean"),
-        ("retries", "mean"),
-        ("generated_tokens", "mean"),
-        ("latency_s", "mean"),
-        ("collateral", "mean"),
+        ("trajectory_success", "mean"),
+        ("trajectory_retries", "mean"),
+        ("trajectory_generated_tokens", "mean"),
+        ("trajectory_latency_s", "mean"),
+        ("trajectory_collateral", "mean"),
     ]
-    table = summarize(chains, ("case_family", "horizon", "arm", "system"), metrics) if not chains.empty else pd.DataFrame()
-    if not table.empty:
-        table = table.rename(columns={"episodes": "trajectories", "cases": "first_cases"})
+    table = summarize(chains, ("case_family", "horizon", "arm", "system"), metrics, spread="trajectory_success")
+    table = table.rename(columns={"episodes": "trajectories", "cases": "first_cases"})
     return Table(
         "horizon",
         "Table 33",
@@ -417,7 +398,7 @@ def horizon(frame: pd.DataFrame) -> Table:
         (
             "A trajectory succeeds only if it has every step and each step is semantically correct.",
             "completion: every step ended in a released valid object or an abstention.",
-            "Retries, tokens, latency and collateral are cumulative over the trajectory.",
+            "trajectory_* means are of sums over the trajectory's steps (retries, tokens, latency, collateral).",
         ),
     )
 
@@ -439,12 +420,25 @@ def transfer(frame: pd.DataFrame) -> Table:
     )
 
 
+CALIBRATION_COLUMNS = [
+    *MAIN_BY,
+    "threshold",
+    *DENOMINATORS,
+    "covered_episodes",
+    "coverage",
+    "risk",
+    "wrong_withheld_share",
+    "confidence_mean",
+]
+
+
 def calibration(frame: pd.DataFrame, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> Table:
     """Coverage and semantic risk of releasing only answers with confidence >= threshold.
 
-    covered: the answer was released (accepted) and its confidence reaches the threshold;
-    risk: the failure rate on the covered episodes; fail_closed: the share of would-be wrong
-    releases (accepted but semantically wrong) that the threshold withholds.
+    covered_episodes: the answer was released (accepted) and its confidence reaches the threshold;
+    risk: the failure rate on the covered episodes; wrong_withheld_share: the share of would-be
+    wrong releases (accepted but semantically wrong) that the threshold withholds (1.0 when there
+    are none to withhold).
     """
     rows = _study(frame, "main")
     rows = rows[rows["confidence"].notna()]
@@ -462,18 +456,18 @@ def calibration(frame: pd.DataFrame, thresholds: Sequence[float] = DEFAULT_THRES
                     "episodes": len(group),
                     "cases": group["case_id"].nunique(),
                     "seeds": group["seed"].nunique(),
-                    "covered": n_covered,
+                    "covered_episodes": n_covered,
                     "coverage": n_covered / len(group),
                     "risk": float((~group["semantic_success"][covered]).mean()) if n_covered else float("nan"),
-                    "fail_closed": withheld_wrong / int(wrong.sum()) if int(wrong.sum()) else 1.0,
-                    "mean_confidence": float(group["confidence"].mean()),
+                    "wrong_withheld_share": withheld_wrong / int(wrong.sum()) if int(wrong.sum()) else 1.0,
+                    "confidence_mean": float(group["confidence"].mean()),
                 }
             )
     return Table(
         "calibration",
         "Table 35",
         "Calibration and selective risk at fixed confidence thresholds",
-        pd.DataFrame(out),
+        typed(pd.DataFrame(out, columns=CALIBRATION_COLUMNS)),
         (
             f"Thresholds fixed before scoring: {', '.join(f'{t:.2f}' for t in thresholds)}.",
             "confidence = exp(mean token log-probability) of the first answer; risk is measured on the covered subset only.",
@@ -491,6 +485,25 @@ def subject_system(frame: pd.DataFrame) -> str | None:
         return None
     systems = sorted(set(learned["system"]), key=lambda s: (not s.endswith("@grpo"), s))
     return systems[0]
+
+
+PAIRED_COLUMNS = [
+    "mode",
+    "case_family",
+    "system",
+    "baseline",
+    "metric",
+    "pairs",
+    "seeds",
+    "system_mean",
+    "baseline_mean",
+    "difference_mean",
+    "ci_low",
+    "ci_high",
+    "mcnemar_p",
+    "effect_size_dz",
+    "difference_seed_sd",
+]
 
 
 def paired(frame: pd.DataFrame, *, resamples: int = 2000, seed: int = 0) -> Table:
@@ -522,25 +535,26 @@ def paired(frame: pd.DataFrame, *, resamples: int = 2000, seed: int = 0) -> Tabl
                             "metric": metric,
                             "pairs": len(common),
                             "seeds": len(set(seeds)),
-                            "mean_system": boot.mean_b,
-                            "mean_baseline": boot.mean_a,
-                            "difference": boot.difference,
+                            "system_mean": boot.mean_b,
+                            "baseline_mean": boot.mean_a,
+                            "difference_mean": boot.difference,
                             "ci_low": boot.low,
                             "ci_high": boot.high,
                             "mcnemar_p": mcnemar_exact(x.astype(bool), y.astype(bool)) if metric in BINARY else float("nan"),
-                            "effect_size": effect_size(x, y) if metric in CONTINUOUS else float("nan"),
-                            "seed_sd": seed_spread(diff_by_seed),
+                            "effect_size_dz": effect_size(x, y) if metric in CONTINUOUS else float("nan"),
+                            "difference_seed_sd": seed_spread(diff_by_seed),
                         }
                     )
     return Table(
         "paired",
         "Table 36",
         "Paired uncertainty and effect sizes, on the same case ids",
-        pd.DataFrame(out),
+        typed(pd.DataFrame(out, columns=PAIRED_COLUMNS)),
         (
-            "difference = system - baseline; 95% percentile bootstrap over case ids (seeds first, where there are several).",
-            "McNemar: exact two-sided test for binary endpoints; effect_size: d_z for continuous ones.",
-            "seed_sd: the spread of the per-seed difference, reported apart from the interval.",
+            "difference_mean = system_mean - baseline_mean; 95% percentile bootstrap over case ids (seeds first, where there "
+            "are several).",
+            "McNemar: exact two-sided test for binary endpoints; effect_size_dz: d_z for continuous ones.",
+            "difference_seed_sd: the spread of the per-seed difference, reported apart from the interval.",
         ),
     )
 
@@ -578,7 +592,8 @@ TABLES: dict[str, Callable[[pd.DataFrame], Table]] = {
 
 def build_tables(frame: pd.DataFrame, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> list[Table]:
     """Every table, in the paper's order, from one joined episodes frame."""
-    frame = with_system(frame)
+    if "system" not in frame.columns:  # read_episodes adds it; a hand-made frame may not have it
+        frame = with_system(frame)
     return [calibration(frame, thresholds) if name == "calibration" else build(frame) for name, build in TABLES.items()]
 
 
@@ -590,7 +605,9 @@ __all__ = [
     "case_matched",
     "p95",
     "run_names",
+    "subject_system",
     "summarize",
+    "summary_columns",
     "trajectories",
     "with_system",
 ]

@@ -1,0 +1,51 @@
+"""Which system produced an episode: the ``system`` column of every scored row and table.
+
+A *system* is what produced an episode: its arm, its policy and (for trained policies) the stage
+the weights come from, e.g. ``contractrl:smollm2/lora-r16@grpo``, ``contractrl:heuristic`` or
+``contractrl:replay`` (the oracle replay). Grouping by ``arm`` alone pools the heuristic, the oracle
+and the learned policy, which all use the contractrl arm; ``system`` keeps them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import PurePath
+
+import numpy as np
+import pandas as pd
+
+# what makes one episode of a system: two runs of a system that share one of these are two systems
+_EPISODE_UNIT = ("study", "condition", "mode", "case_id", "seed", "sample", "trajectory", "step")
+
+
+def with_system(frame: pd.DataFrame) -> pd.DataFrame:
+    """The episodes with a ``system`` column (arm, policy and stage).
+
+    Runs of one system pool (more seeds, other studies) unless they hold the same episode: then
+    they are variants, say GRPO from one adapter under two settings, and each is named after its
+    run, ``system [run]``; pooling them would pair one case with two episodes.
+    """
+    out = frame.copy()
+    stage = out["stage"].fillna("")
+    out["system"] = out["arm"] + ":" + out["policy"] + np.where(stage != "", "@" + stage, "")
+    if "run" not in out.columns:
+        return out
+    unit = [c for c in _EPISODE_UNIT if c in out.columns]
+    for system, rows in out.groupby("system", sort=False):
+        if rows.drop_duplicates(["run", *unit]).duplicated(unit).any():
+            names = run_names(sorted(rows["run"].unique()))
+            out.loc[rows.index, "system"] = system + " [" + rows["run"].map(names) + "]"
+    return out
+
+
+def run_names(runs: Sequence[str]) -> dict[str, str]:
+    """Each run path cut to the parts that tell it from the others (``runs/a/eval/x`` and
+    ``runs/b/eval/x``: ``a`` and ``b``)."""
+    parts = [PurePath(run).parts for run in runs]
+    shortest = min(len(p) for p in parts)
+    head = next((i for i in range(shortest) if len({p[i] for p in parts}) > 1), shortest)
+    tail = next((i for i in range(shortest - head) if len({p[len(p) - 1 - i] for p in parts}) > 1), shortest - head)
+    return {run: "/".join(p[head : len(p) - tail]) or run for run, p in zip(runs, parts, strict=True)}
+
+
+__all__ = ["run_names", "with_system"]

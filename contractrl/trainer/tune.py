@@ -121,6 +121,8 @@ def load_sweep(
     sweep = from_dict(SweepConfig, merge(data, parse_overrides(overrides)))
     base_path = (sweep_path.parent / sweep.base) if not Path(sweep.base).is_absolute() else Path(sweep.base)
     base = merge(read_yaml(base_path), nest(sweep.overrides))
+    if sweep.kind == "train":  # one model cache for every trial, wherever Ray runs it
+        base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
     for values in _corner_cases(sweep.search):
         try:
             from_dict(trial_config_class(sweep.kind), merge(base, nest(values)))
@@ -311,9 +313,6 @@ def run_sweep(sweep: SweepConfig, base: dict[str, Any], *, resume: bool = False)
     from ..rollout.pool import ensure_ray
 
     out = sweep_dir(sweep)
-    config_class = trial_config_class(sweep.kind)
-    if config_class is TrainConfig and not resume:
-        base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
     ensure_ray()
     check_capacity(sweep, base, ray_capacity())
     if not resume:
@@ -360,6 +359,7 @@ def write_trials(results: Any, sweep: SweepConfig, base: dict[str, Any], out: Pa
     unfinished = [r for r in rows if r["status"] not in (FINISHED, ERROR)]
     if unfinished or len(rows) < sweep_trials(sweep) or not rows:
         raise SweepInterrupted(out, len(unfinished) + max(0, sweep_trials(sweep) - len(rows)), sweep_trials(sweep))
+    out.mkdir(parents=True, exist_ok=True)
     path = out / TRIALS_FILE
     pd.DataFrame(rows).to_parquet(path, index=False)
     best = best_row(rows, sweep.metric, sweep.mode)

@@ -12,12 +12,16 @@ from typing import Any
 
 from ray.air.integrations.wandb import WandbLoggerCallback
 
+# how long the end of a sweep waits for W&B runs to close (Tune's default is 1800 s)
+END_TIMEOUT_S = 60
+
 
 class ResolvedConfigWandb(WandbLoggerCallback):  # type: ignore[misc]
-    """A ``WandbLoggerCallback`` whose runs carry ``resolved_config(trial.config)``."""
+    """A ``WandbLoggerCallback`` whose runs carry ``resolved_config(trial.config)``, and that lets
+    an interrupted sweep end."""
 
     def __init__(self, *, base: dict[str, Any], kind: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(upload_timeout=END_TIMEOUT_S, **kwargs)
         self.base = base
         self.kind = kind
 
@@ -27,6 +31,13 @@ class ResolvedConfigWandb(WandbLoggerCallback):  # type: ignore[misc]
         # the callback hands self.kwargs to wandb.init after its own arguments, so this config wins
         self.kwargs = {**self.kwargs, "config": resolved_config(trial.config, base=self.base, kind=self.kind)}
         super().log_trial_start(trial)
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        # Tune ends a trial's W&B run only when the trial ends; after Ctrl-C the running trial never
+        # does, and the base callback waited up to its upload timeout (1800 s) for that run to close
+        for trial in list(self._trial_queues):
+            self._signal_logging_actor_stop(trial=trial)
+        super().on_experiment_end(trials, **info)
 
 
 __all__ = ["ResolvedConfigWandb"]

@@ -103,8 +103,25 @@ wandb_mode: offline
     # each trial is a complete training run directory
     runs = sorted((tmp_path / "tune" / "two" / "runs").iterdir())
     assert len(runs) == 2 and all((r / "metrics.parquet").is_file() for r in runs)
-    assert list((tmp_path / "tune" / "two" / "wandb").rglob("*.wandb")), "no offline W&B files from the Tune callback"
+    wandb_runs = list((tmp_path / "tune" / "two" / "wandb").rglob("*.wandb"))
+    assert len(wandb_runs) == 2, "no offline W&B files from the Tune callback"
+    for record in wandb_runs:  # each W&B run holds the whole resolved config, not only the swept key
+        raw = record.read_bytes()
+        assert b"config_sha256" in raw and b"data.train_cases" in raw and b"sft.batch_size" in raw
     assert main(["tune", "--config", str(tmp_path / "sweep.yaml"), "--dry-run"]) == 0
+    # each row traces to its run: status, the run's own config hash, its weights, the best link
+    assert list(table["status"]) == ["FINISHED", "FINISHED"] and "done" not in table.columns
+    assert sorted(table["run_dir"]) == [str(r) for r in runs]
+    for row in table.itertuples():
+        manifest = json.loads((Path(row.run_dir) / "manifest.json").read_text())
+        assert row.config_sha256 == manifest["config_sha256"]
+        assert Path(row.best_checkpoint).is_dir() and Path(row.model_dir).is_dir() and row.best_stage == "sft"
+    best = (tmp_path / "tune" / "two" / "best").resolve()
+    assert best in runs and (best / "adapter").is_dir()  # the default model trains a LoRA adapter
+    # resuming a finished sweep runs nothing again and gives the same table
+    again = pd.read_parquet(run_sweep(sweep, base, resume=True))
+    assert list(again["trial_id"]) == list(table["trial_id"]) and list(again["status"]) == list(table["status"])
+    assert sorted((tmp_path / "tune" / "two" / "runs").iterdir()) == runs
 
 
 @pytest.mark.slow

@@ -308,12 +308,17 @@ def _wandb_callback(sweep: SweepConfig, base: dict[str, Any], out: Path) -> Any:
 def run_sweep(sweep: SweepConfig, base: dict[str, Any], *, resume: bool = False) -> Path:
     """Run every trial (``resume``: continue the sweep saved in its directory); returns the path of
     ``trials.parquet``. Raises :class:`SweepInterrupted` when stopped before every trial ended."""
+    import ray
     from ray import tune
 
-    from ..rollout.pool import ensure_ray
-
     out = sweep_dir(sweep)
-    ensure_ray()
+    if not ray.is_initialized():
+        # a cluster only under RAY_ADDRESS (which `ray job submit` sets), never the head someone last
+        # started on this machine, which is what ray.init() without an address would join
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(log_to_driver=False)
+        else:
+            ray.init(address="local", include_dashboard=False, log_to_driver=False)
     check_capacity(sweep, base, ray_capacity())
     if not resume:
         save_sweep(sweep, base)
@@ -356,6 +361,7 @@ def write_trials(results: Any, sweep: SweepConfig, base: dict[str, Any], out: Pa
         row = trial_row(result, out / "runs", sweep.metric)
         row["config_sha256"] = resolved_config(result.config or {}, base=base, kind=sweep.kind)["config_sha256"]
         rows.append(row)
+    rows.sort(key=lambda r: r["trial_id"])  # a restored sweep lists its trials in another order
     unfinished = [r for r in rows if r["status"] not in (FINISHED, ERROR)]
     if unfinished or len(rows) < sweep_trials(sweep) or not rows:
         raise SweepInterrupted(out, len(unfinished) + max(0, sweep_trials(sweep) - len(rows)), sweep_trials(sweep))

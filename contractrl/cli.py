@@ -1,6 +1,7 @@
 """The ``contractrl`` command: one entry point, one sub-command per job.
 
-Exit statuses are part of the contract: 0 accepted / success, 1 rejected, 2 usage or input error.
+Exit statuses are part of the contract: 0 accepted / success, 1 rejected, 2 usage or input error,
+130 interrupted (Ctrl-C), with one line that says how to continue.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -26,6 +28,13 @@ from .validators.patch import OP_KINDS
 from .validators.schema import BACKENDS
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+INTERRUPTED_HINT = {
+    "run": "interrupted; run the same command again to resume (finished steps are kept)",
+    "train": "interrupted; run the same command again with resume=true to continue from the last checkpoint",
+    "train-selector": "interrupted; run the same command again with resume=true to continue from the last checkpoint",
+    "tune": "interrupted; continue the sweep with: contractrl tune --resume <out>/<name>",
+}
 
 
 def _library_output_to_stderr() -> contextlib.AbstractContextManager[Any]:
@@ -522,16 +531,50 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _yaml_as_overrides(path: str) -> list[str]:
+    """A main-job YAML file as ``key=value`` overrides (leaf keys, JSON values), applied before the
+    command line's, so ``--config`` and overrides go through the one loader."""
+    from .configtree import read_yaml
+
+    def leaves(data: Any, prefix: str) -> list[str]:
+        if isinstance(data, dict) and data:
+            return [item for key, value in data.items() for item in leaves(value, f"{prefix}.{key}" if prefix else str(key))]
+        return [f"{prefix}={json.dumps(data)}"]
+
+    return leaves(read_yaml(path), "")
+
+
+def _suggest_train_prefix(overrides: Sequence[str]) -> None:
+    """``sft.steps=3`` on ``contractrl run`` is a training key without its ``train.`` prefix: name
+    the key it meant instead of only listing the main job's sections."""
+    import dataclasses
+
+    from .pipeline import MainJobConfig
+    from .trainer.config import TrainConfig
+
+    main_keys = {f.name for f in dataclasses.fields(MainJobConfig)}
+    train_keys = {f.name for f in dataclasses.fields(TrainConfig)}
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        top = key.split(".")[0]
+        if top not in main_keys and top in train_keys:
+            raise ConfigError(
+                f"unknown config key {key!r}; did you mean 'train.{key}'? (the main job's training keys are under train.)"
+            )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .configtree import to_commented_yaml
     from .pipeline import TINY_NOTE, format_summary, load_main_job_config, run_main_job
 
-    config = load_main_job_config(quick=args.quick, out=args.out, overrides=args.overrides)
+    overrides = [*_yaml_as_overrides(args.config), *args.overrides] if args.config else list(args.overrides)
+    _suggest_train_prefix(overrides)
+    config = load_main_job_config(quick=args.quick, out=args.out, overrides=overrides)
     if args.print_config:
         sys.stdout.write(to_commented_yaml(config))
         return EXIT_OK
     with _library_output_to_stderr():
-        result = run_main_job(config, progress=not args.no_progress)
+        result = run_main_job(config, progress=not args.no_progress, ray_address=args.ray_address)
     unsafe = sum(int(row["unsafe_dispatch_total"]) for row in result.summary)
     print(f"\nHeld-out results ({result.report.episodes} episodes, same-information mode, all families pooled;")
     print("the tables keep families apart):\n")
@@ -547,15 +590,37 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .trainer.tune import load_sweep, run_sweep, sweep_trials
+    from .trainer.tune import (
+        SweepInterrupted,
+        check_capacity,
+        load_saved_sweep,
+        load_sweep,
+        local_capacity,
+        run_sweep,
+        sweep_trials,
+    )
 
-    sweep, base = load_sweep(args.config, args.overrides)
+    if args.resume:
+        if args.config or args.overrides or args.local:
+            raise ConfigError("--resume DIR continues a sweep as it was started: give no --config, --local or overrides")
+        sweep, base = load_saved_sweep(args.resume)
+    elif not args.config:
+        raise ConfigError("give --config SWEEP.yaml (a new sweep) or --resume DIR (an interrupted one)")
+    else:
+        sweep, base = load_sweep(args.config, args.overrides, local=args.local)
     if args.dry_run:
+        # a cluster's size is known once connected; locally the machine's is what Ray will see
+        if not os.environ.get("RAY_ADDRESS"):
+            check_capacity(sweep, base, local_capacity())
         _emit({"name": sweep.name, "trials": sweep_trials(sweep), "search": sweep.search})
         return EXIT_OK
-    with _library_output_to_stderr():
-        path = run_sweep(sweep, base)
-    _emit({"name": sweep.name, "trials_table": str(path)})
+    try:
+        with _library_output_to_stderr():
+            path = run_sweep(sweep, base, resume=bool(args.resume))
+    except SweepInterrupted as exc:
+        print(f"contractrl tune: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    _emit({"name": sweep.name, "trials_table": str(path), "best": str(path.parent / "best")})
     return EXIT_OK
 
 
@@ -718,6 +783,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the main job: train, evaluate every arm, freeze, join and report")
     run.add_argument("--quick", action="store_true", help="a small version of the same pipeline (a few minutes)")
     run.add_argument("--out", help="the run directory (default runs/main, or runs/quick with --quick)")
+    run.add_argument("--config", help="a YAML file of main-job keys (as --print-config shows), applied before the overrides")
+    run.add_argument(
+        "--ray-address",
+        help="join this running Ray cluster (else RAY_ADDRESS; with neither the job starts a local Ray instance of its own)",
+    )
     run.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. train.sft.steps=100")
     run.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -733,9 +803,15 @@ def build_parser() -> argparse.ArgumentParser:
     selector.set_defaults(func=cmd_train_selector)
 
     tune = sub.add_parser("tune", help="a Ray Tune sweep of training runs (tune_configs/*.yaml)")
-    tune.add_argument("--config", required=True, help="sweep YAML: base config, search space, metric")
+    tune.add_argument("--config", help="sweep YAML: base config, search space, metric")
     tune.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the sweep file's keys")
-    tune.add_argument("--dry-run", action="store_true", help="validate every trial config, print the trial count, exit")
+    tune.add_argument("--local", action="store_true", help="apply the sweep file's local: section (its 2-core size)")
+    tune.add_argument("--resume", metavar="DIR", help="continue an interrupted sweep from its directory (<out>/<name>)")
+    tune.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate every trial config and that a trial fits this machine, print the trial count, exit",
+    )
     tune.set_defaults(func=cmd_tune)
     return parser
 
@@ -748,6 +824,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContractRLError as exc:
         print(f"contractrl {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # one line, not the traceback of wherever the signal landed: finished steps are kept
+        print(f"\ncontractrl {args.command}: {INTERRUPTED_HINT.get(args.command, 'interrupted')}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -163,7 +163,40 @@ def _train_config(config: MainJobConfig, name: str, extra: dict[str, Any]) -> Tr
     return from_dict(TrainConfig, merge(base, {"out": str(Path(config.out) / name), "resume": True, **extra}))
 
 
-def run_main_job(config: MainJobConfig, *, progress: bool = True, log: TextIO = sys.stderr) -> MainJobResult:
+def uses_ray(config: MainJobConfig) -> bool:
+    """Whether any step of the job starts Ray actors (training, the report's scoring, policy actors)."""
+    return config.train.resources.ray or config.report.workers > 0 or config.whole_object.policy_actors > 0
+
+
+def attach_ray(address: str | None = None) -> str:
+    """Start or join Ray for the main job, and say which.
+
+    Ray's own default (``ray.init()`` with no address) silently joins whatever head was last
+    started on this machine, someone else's included. The main job joins a running cluster only
+    when asked, by ``address`` (``--ray-address``) or ``RAY_ADDRESS`` (which ``ray job submit``
+    sets for its jobs); otherwise it starts a local instance of its own, which ends with the job.
+    """
+    import os
+
+    import ray
+
+    target = address or os.environ.get("RAY_ADDRESS") or None
+    if not ray.is_initialized():
+        if target:
+            ray.init(address=target, log_to_driver=False)
+        else:
+            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    total = ray.cluster_resources()
+    size = f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs"
+    if target:
+        return f"Ray: attached to the cluster at {target} ({size})"
+    return f"Ray: a local instance of its own ({size}); --ray-address or RAY_ADDRESS attaches to a running cluster"
+
+
+def run_main_job(
+    config: MainJobConfig, *, progress: bool = True, log: TextIO = sys.stderr, ray_address: str | None = None
+) -> MainJobResult:
+    """Every step of the main job; ``ray_address`` joins a running Ray cluster (see :func:`attach_ray`)."""
     from .trainer.entry import finished_run, train
 
     def train_once(train_config: TrainConfig) -> None:
@@ -179,6 +212,8 @@ def run_main_job(config: MainJobConfig, *, progress: bool = True, log: TextIO = 
     def say(text: str) -> None:
         print(f"[contractrl run] {text}", file=log, flush=True)
 
+    if uses_ray(config):
+        say(attach_ray(ray_address))
     sft, grpo = config.train.sft.steps, config.train.grpo.steps
     say(f"1/4 training ContractRL: SFT ({sft} steps), then GRPO ({grpo} steps) -> {out / 'train'}")
     train_once(_train_config(config, "train", {}))
@@ -353,7 +388,9 @@ __all__ = [
     "TINY_NOTE",
     "MainJobConfig",
     "MainJobResult",
+    "attach_ray",
     "format_summary",
     "load_main_job_config",
     "run_main_job",
+    "uses_ray",
 ]

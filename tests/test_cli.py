@@ -223,3 +223,43 @@ def test_check_refuses_an_end_before_start_in_lower_case_rfc3339(tmp_path: Path,
         str(example / "contract.json"),
     )
     assert code == 1 and [e["code"] for e in out["errors"]] == ["cross_field"]
+
+
+def test_run_names_the_train_prefix_a_key_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "sft.steps=3", "--print-config"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "contractrl run: error: unknown config key 'sft.steps'; did you mean 'train.sft.steps'? "
+        "(the main job's training keys are under train.)"
+    )
+    assert main(["run", "train.sft.steps=3", "--print-config"]) == 0
+
+
+def test_run_reads_a_config_file_before_the_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    (tmp_path / "job.yaml").write_text(
+        "train:\n  sft: {steps: 7, optim: {lr: 1.0e-3}}\n  data: {families: [wrong_type, missing_required]}\n"
+        "report: {workers: 0}\nbfcl: {category: ''}\n"
+    )
+    assert main(["run", "--config", str(tmp_path / "job.yaml"), "train.sft.steps=9", "--print-config"]) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["train"]["sft"]["steps"] == 9  # the command line wins
+    assert config["train"]["sft"]["optim"]["lr"] == 1.0e-3 and config["train"]["sft"]["optim"]["schedule"] == "cosine"
+    assert config["train"]["data"]["families"] == ["wrong_type", "missing_required"]
+    assert config["report"]["workers"] == 0 and config["bfcl"]["category"] == ""
+    (tmp_path / "bad.yaml").write_text("sft: {steps: 7}\n")
+    assert main(["run", "--config", str(tmp_path / "bad.yaml"), "--print-config"]) == 2
+    assert "did you mean 'train.sft.steps'" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("contractrl.pipeline.run_main_job", interrupted)
+    assert main(["run", "--quick", "--out", "/nonexistent/never-written"]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == "contractrl run: interrupted; run the same command again to resume (finished steps are kept)"
+    assert "Traceback" not in captured.err

@@ -170,3 +170,18 @@ def test_train_command_line(line: str) -> None:
     assert path.is_file(), f"{config} (named by --config) does not exist under {REPO_ROOT}"
     loaded = load_config(TrainConfig, path, overrides)
     assert Path(loaded.out).is_absolute(), f"out={loaded.out} must be an absolute path on shared storage"
+
+
+def test_local_head_script_is_valid_sh_and_refuses_what_it_cannot_stop(tmp_path: Path) -> None:
+    """cluster/local-head.sh (docs/cluster.md): POSIX sh, usage errors exit 2, and `stop` of a
+    directory it did not start touches nothing. Starting a head is tests/test_ray_job.py's."""
+    import os
+    import subprocess
+
+    script = CLUSTER / "local-head.sh"
+    assert os.access(script, os.X_OK)
+    assert subprocess.run(["sh", "-n", str(script)], capture_output=True).returncode == 0
+    assert subprocess.run([str(script)], capture_output=True).returncode == 2
+    assert subprocess.run([str(script), "restart", str(tmp_path)], capture_output=True).returncode == 2
+    stop = subprocess.run([str(script), "stop", str(tmp_path)], capture_output=True, text=True)
+    assert stop.returncode == 1 and "no head started from" in stop.stderr

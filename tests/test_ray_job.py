@@ -148,3 +148,45 @@ def test_without_the_token_mode_the_client_is_refused(head: Head) -> None:
         [str(RAY), "job", "list", "--address", head.address], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode != 0 and "auth" in (proc.stdout + proc.stderr).lower(), proc.stderr[-2000:] + head.logs()
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_the_project_head_starts_beside_another_and_stops_alone(head: Head, tmp_path: Path) -> None:
+    """cluster/local-head.sh (docs/cluster.md): free ports and a temp dir of its own, so it starts
+    while another head runs; `contractrl run` joins it only when asked; its stop ends it alone."""
+    script = REPO_ROOT / "cluster" / "local-head.sh"
+    directory = Path(tempfile.mkdtemp(prefix="crl", dir="/tmp"))  # Ray's socket paths must stay short
+    env = {**_env(), "RAY_BIN": str(RAY), "PYTHONPATH": str(REPO_ROOT)}
+    try:
+        start = subprocess.run([str(script), "start", str(directory), "1"], env=env, capture_output=True, text=True, timeout=300)
+        assert start.returncode == 0, start.stderr[-2000:]
+        assert start.stdout.strip() == (directory / "address").read_text().strip() != head.address
+        gcs = (directory / "gcs_address").read_text().strip()
+        probe = (
+            "import sys; from contractrl.pipeline import attach_ray; import ray; "
+            "print(attach_ray(sys.argv[1] or None)); print(ray.get_runtime_context().gcs_address.rsplit(':', 1)[1])"
+        )
+        plain = subprocess.run([sys.executable, "-c", probe, ""], env=env, capture_output=True, text=True, timeout=300)
+        assert plain.returncode == 0, plain.stderr[-2000:]
+        said, port = plain.stdout.strip().splitlines()[-2:]
+        assert said.startswith("Ray: a local instance of its own") and port != gcs.rsplit(":", 1)[1]
+        joined = subprocess.run([sys.executable, "-c", probe, gcs], env=env, capture_output=True, text=True, timeout=300)
+        assert joined.returncode == 0, joined.stderr[-2000:]
+        said, port = joined.stdout.strip().splitlines()[-2:]
+        assert said.startswith(f"Ray: attached to the cluster at {gcs}") and port == gcs.rsplit(":", 1)[1]
+        pid = int((directory / "pid").read_text())
+    finally:
+        stop = subprocess.run([str(script), "stop", str(directory)], env=env, capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    assert not _alive(pid), "the head's `ray start --block` still runs"
+    # the other head still takes requests
+    listed = subprocess.run([str(RAY), "job", "list", "--address", head.address], env=_env(), capture_output=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    shutil.rmtree(directory, ignore_errors=True)

@@ -13,13 +13,21 @@ A sweep file names a base training config and the keys to search::
 ``kind: selector`` sweeps ``contractrl train-selector`` runs instead (the base is then a selector
 config; see ``tune_configs/selector_sweep.yaml``). Every trial's config is validated before the
 sweep starts (each grid value, each distribution's bounds). Each trial reserves its learner and
-worker resources as one placement group, so a trial never starts without room for all its actors.
-Results go to ``<out>/trials.parquet``, one row per trial with its config and final metrics, and
-to W&B through Tune's callback.
+worker resources as one placement group, so a trial never starts without room for all its actors,
+and a sweep whose trial is larger than the machine or cluster is refused before it starts
+(``tune_fit.py``) instead of waiting forever. A ``local:`` section holds the sweep-key changes that
+size it for a 2-core machine (``contractrl tune --local``).
+
+Results go to ``<out>/<name>/trials.parquet``, one row per trial with its status, config hash, run
+directory, best weights and final metrics (``tune_trials.py``), ``<out>/<name>/best`` links the
+best trial's run, and each trial's W&B run carries the trial's full resolved config. An interrupted
+sweep raises :class:`SweepInterrupted` and is continued with ``contractrl tune --resume DIR``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -27,12 +35,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..configtree import check, from_dict, merge, nest, parse_overrides, read_yaml
+from ..configtree import check, from_dict, merge, nest, parse_overrides, read_yaml, to_dict
 from ..errors import ConfigError
+from ..validators.jsonvalue import sha256_json
 from .config import TrainConfig
+from .tune_fit import Capacity, check_fits, local_capacity, ray_capacity, trial_need
 
 SPACES = ("grid", "choice", "uniform", "loguniform", "randint")
 TRIALS_FILE = "trials.parquet"
+SWEEP_FILE = "sweep.json"  # the resolved sweep and base, read back by --resume
+
+
+class SweepInterrupted(Exception):
+    """The sweep stopped before every trial ended (Ctrl-C); its state is saved for ``--resume``."""
+
+    def __init__(self, directory: Path, unfinished: int, total: int) -> None:
+        super().__init__(
+            f"interrupted with {unfinished} of {total} trials unfinished; continue it with: contractrl tune --resume {directory}"
+        )
+        self.directory = directory
 
 
 SweepKind = Literal["train", "selector"]
@@ -62,6 +83,8 @@ class SweepConfig:
     seed: int = 0
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_project: str = "contractrl-sweeps"
+    local: dict[str, Any] = field(default_factory=dict)
+    wait_for_resources: bool = False
 
     def __post_init__(self) -> None:
         check(self.num_samples >= 1, f"num_samples must be >= 1, got {self.num_samples}")
@@ -82,13 +105,24 @@ class SweepConfig:
                 check(kind != "loguniform" or values[0] > 0, f"search.{key}.loguniform needs low > 0, got {values[0]}")
 
 
-def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[SweepConfig, dict[str, Any]]:
+def load_sweep(
+    path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, local: bool = False
+) -> tuple[SweepConfig, dict[str, Any]]:
     """The sweep and its base training config as plain data (relative ``base`` paths resolve
-    against the sweep file), after checking that every trial's config will be valid."""
+    against the sweep file), after checking that every trial's config will be valid. ``local``
+    applies the file's ``local:`` section (its 2-core size) before the overrides."""
     sweep_path = Path(path)
-    sweep = from_dict(SweepConfig, merge(read_yaml(sweep_path), parse_overrides(overrides)))
+    data = read_yaml(sweep_path)
+    if local:
+        profile = data.get("local")
+        if not isinstance(profile, Mapping) or not profile:
+            raise ConfigError(f"sweep {sweep_path} has no local: section (the sweep keys that size it for a small machine)")
+        data = merge(data, profile)
+    sweep = from_dict(SweepConfig, merge(data, parse_overrides(overrides)))
     base_path = (sweep_path.parent / sweep.base) if not Path(sweep.base).is_absolute() else Path(sweep.base)
     base = merge(read_yaml(base_path), nest(sweep.overrides))
+    if sweep.kind == "train":  # one model cache for every trial, wherever Ray runs it
+        base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
     for values in _corner_cases(sweep.search):
         try:
             from_dict(trial_config_class(sweep.kind), merge(base, nest(values)))
@@ -143,16 +177,74 @@ def trial_resources(config: Any) -> list[dict[str, float]]:
     return [{k: v for k, v in b.items() if v > 0} or {"CPU": 0.01} for b in bundles]
 
 
+def sample_config(sweep: SweepConfig, base: dict[str, Any]) -> Any:
+    """The first trial's config: every trial reserves what it reserves (the resources are not swept)."""
+    return from_dict(trial_config_class(sweep.kind), merge(base, nest(_corner_cases(sweep.search)[0])))
+
+
+def check_capacity(sweep: SweepConfig, base: dict[str, Any], capacity: Capacity) -> None:
+    """Refuse, with the fix, a sweep whose trial cannot fit ``capacity`` (it would wait forever)."""
+    if sweep.wait_for_resources:
+        return
+    config = sample_config(sweep, base)
+    check_fits(trial_resources(config), capacity, _fixes(sweep, config, capacity))
+
+
+def _fixes(sweep: SweepConfig, config: Any, capacity: Capacity) -> list[str]:
+    """Ways to make one trial fit, each checked against ``capacity``."""
+    fixes = ["add --local (the sweep's 2-core size)"] if sweep.local else []
+    if isinstance(config, TrainConfig) and config.resources.num_workers > 0:
+        without = dataclasses.replace(config, resources=dataclasses.replace(config.resources, num_workers=0))
+        cpus, gpus = trial_need(trial_resources(without))
+        if cpus <= capacity.cpus and gpus <= capacity.gpus:
+            fixes.append(f"override overrides.resources.num_workers=0 (then it needs {cpus:g} CPUs)")
+    elif not isinstance(config, TrainConfig) and config.runners.env_runners > 0:
+        fixes.append("override overrides.runners.env_runners=0")
+    return fixes
+
+
+def trial_config(params: Mapping[str, Any], *, base: dict[str, Any], kind: str, out: str = "") -> Any:
+    """The config one trial trains with: the base, the sweep's fixed overrides, its sampled values;
+    its own run directory, which resumes; W&B left to Tune's callback."""
+    data = merge(base, nest(dict(params)))
+    data = merge(data, {"resume": True, "wandb": {"mode": "disabled"}, **({"out": out} if out else {})})
+    return from_dict(trial_config_class(kind), data)
+
+
+def resolved_config(params: Mapping[str, Any], *, base: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A trial's full config as flat dotted keys, with its hash: what the trial's W&B run records,
+    so a run says everything it trained with. The hash leaves out where the run is written (as
+    ``run_identity`` does), so for a training trial it is its run manifest's ``config_sha256``."""
+    config = to_dict(trial_config(params, base=base, kind=kind))
+    for key in ("out", "resume"):
+        config.pop(key, None)
+    flat = _flatten(config)
+    flat["config_sha256"] = sha256_json(config)
+    return flat
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, name))
+        else:
+            out[name] = value
+    return out
+
+
 def _trial(params: dict[str, Any], *, base: dict[str, Any], out: str, metric: str, kind: str = "train") -> None:
-    """One Tune trial: a full training run whose step rows are reported to Tune as they happen."""
+    """One Tune trial: a full training run whose step rows are reported to Tune as they happen.
+
+    Its run directory is named by the trial id and resumes (``resume=true``), so a trial that a
+    restored sweep starts again continues from its last training checkpoint."""
     from ray import tune
 
     from .entry import train
+    from .tune_trials import DONE_KEY
 
-    context = tune.get_context()
-    data = merge(base, nest(params))
-    data = merge(data, {"out": str(Path(out) / context.get_trial_name()), "wandb": {"mode": "disabled"}})
-    config = from_dict(trial_config_class(kind), data)
+    config = trial_config(params, base=base, kind=kind, out=str(Path(out) / tune.get_context().get_trial_id()))
     # Tune wants the sweep's metric in every report; until the held-out evaluation exists it is NaN
     last: dict[str, Any] = {metric: float("nan")}
 
@@ -166,7 +258,8 @@ def _trial(params: dict[str, Any], *, base: dict[str, Any], out: str, metric: st
         from ..selector.train import train_selector
 
         selected = train_selector(config, report=report, progress=False)
-        tune.report({**last, "eval_semantic_success": selected.best_success, "best_iteration": selected.best_iteration})
+        final = {**last, "eval_semantic_success": selected.best_success, "best_iteration": selected.best_iteration}
+        tune.report({**final, DONE_KEY: 1})
         return
     result = train(config, report=report, progress=False)
     final = dict(last)
@@ -174,52 +267,113 @@ def _trial(params: dict[str, Any], *, base: dict[str, Any], out: str, metric: st
         final[f"eval_{stage}_semantic_success"] = summary["semantic_success"]
         final["eval_semantic_success"] = summary["semantic_success"]
     final["rollout_digest_prefix"] = int(result.rollout_digest[:8], 16)
-    tune.report(final)
+    tune.report({**final, DONE_KEY: 1})
 
 
-def run_sweep(sweep: SweepConfig, base: dict[str, Any]) -> Path:
-    """Run every trial; returns the path of ``trials.parquet``."""
+def sweep_dir(sweep: SweepConfig) -> Path:
+    """Where a sweep writes: ``<out>/<name>`` (trials.parquet, runs/, tune/, wandb/, best)."""
+    return Path(sweep.out).resolve() / sweep.name
+
+
+def save_sweep(sweep: SweepConfig, base: dict[str, Any]) -> Path:
+    """Write the resolved sweep and base beside its results: ``--resume DIR`` reads them back."""
+    out = sweep_dir(sweep)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / SWEEP_FILE
+    path.write_text(json.dumps({"sweep": to_dict(sweep), "base": base}, indent=2) + "\n")
+    return path
+
+
+def load_saved_sweep(directory: str | Path) -> tuple[SweepConfig, dict[str, Any]]:
+    """The sweep and base a sweep directory was started with (for ``--resume``)."""
+    path = Path(directory) / SWEEP_FILE
+    if not path.is_file():
+        raise ConfigError(f"{directory} is not a sweep directory (no {SWEEP_FILE}); give the <out>/<name> a sweep wrote")
+    saved = json.loads(path.read_text())
+    return from_dict(SweepConfig, saved["sweep"]), saved["base"]
+
+
+def _wandb_callback(sweep: SweepConfig, base: dict[str, Any], out: Path) -> Any:
+    """Tune's W&B callback, logging each trial's full resolved config (``tune_wandb.py``)."""
+    from .tune_wandb import ResolvedConfigWandb
+
+    if sweep.wandb_mode == "offline":  # the callback reads the mode from the environment (no API key needed)
+        os.environ["WANDB_MODE"] = "offline"
+    (out / "wandb").mkdir(exist_ok=True)
+    return ResolvedConfigWandb(
+        base=base, kind=sweep.kind, project=sweep.wandb_project, group=sweep.name, mode=sweep.wandb_mode, dir=str(out / "wandb")
+    )
+
+
+def run_sweep(sweep: SweepConfig, base: dict[str, Any], *, resume: bool = False) -> Path:
+    """Run every trial (``resume``: continue the sweep saved in its directory); returns the path of
+    ``trials.parquet``. Raises :class:`SweepInterrupted` when stopped before every trial ended."""
+    import ray
     from ray import tune
 
-    from ..rollout.pool import ensure_ray
-
-    ensure_ray()
-    out = Path(sweep.out).resolve() / sweep.name
-    out.mkdir(parents=True, exist_ok=True)
-    config_class = trial_config_class(sweep.kind)
-    if config_class is TrainConfig:
-        base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
-    sample = from_dict(config_class, merge(base, nest(_corner_cases(sweep.search)[0])))
+    out = sweep_dir(sweep)
+    if not ray.is_initialized():
+        # a cluster only under RAY_ADDRESS (which `ray job submit` sets), never the head someone last
+        # started on this machine, which is what ray.init() without an address would join
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(log_to_driver=False)
+        else:
+            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    check_capacity(sweep, base, ray_capacity())
+    if not resume:
+        save_sweep(sweep, base)
     trainable = tune.with_resources(
         tune.with_parameters(_trial, base=base, out=str(out / "runs"), metric=sweep.metric, kind=sweep.kind),
-        tune.PlacementGroupFactory(trial_resources(sample), strategy="PACK"),
+        tune.PlacementGroupFactory(trial_resources(sample_config(sweep, base)), strategy="PACK"),
     )
-    callbacks = []
-    if sweep.wandb_mode != "disabled":
-        from ray.air.integrations.wandb import WandbLoggerCallback
-
-        if sweep.wandb_mode == "offline":  # the callback reads the mode from the environment (no API key needed)
-            os.environ["WANDB_MODE"] = "offline"
-        (out / "wandb").mkdir(exist_ok=True)
-        callbacks.append(
-            WandbLoggerCallback(project=sweep.wandb_project, group=sweep.name, mode=sweep.wandb_mode, dir=str(out / "wandb"))
+    experiment = out / "tune" / sweep.name
+    if sweep.wandb_mode == "offline":  # a restored W&B callback reads the mode from the environment too
+        os.environ["WANDB_MODE"] = "offline"
+    if resume:
+        if not tune.Tuner.can_restore(str(experiment)):
+            raise ConfigError(f"{out} holds no Tune state to resume ({experiment} is missing); start the sweep again")
+        tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        callbacks = [_wandb_callback(sweep, base, out)] if sweep.wandb_mode != "disabled" else []
+        tuner = tune.Tuner(
+            trainable,
+            param_space={key: _space(space) for key, space in sweep.search.items()},
+            tune_config=tune.TuneConfig(
+                metric=sweep.metric,
+                mode=sweep.mode,
+                num_samples=sweep.num_samples,
+                max_concurrent_trials=sweep.max_concurrent_trials,
+            ),
+            run_config=tune.RunConfig(name=sweep.name, storage_path=str(out / "tune"), callbacks=callbacks, verbose=1),
         )
-    tuner = tune.Tuner(
-        trainable,
-        param_space={key: _space(space) for key, space in sweep.search.items()},
-        tune_config=tune.TuneConfig(
-            metric=sweep.metric, mode=sweep.mode, num_samples=sweep.num_samples, max_concurrent_trials=sweep.max_concurrent_trials
-        ),
-        run_config=tune.RunConfig(name=sweep.name, storage_path=str(out / "tune"), callbacks=callbacks, verbose=1),
-    )
-    results = tuner.fit()
-    errors = [str(r.error) for r in results if r.error is not None]
-    frame = results.get_dataframe()
-    frame.columns = [str(c) for c in frame.columns]
+    return write_trials(tuner.fit(), sweep, base, out)
+
+
+def write_trials(results: Any, sweep: SweepConfig, base: dict[str, Any], out: Path) -> Path:
+    """``trials.parquet`` and the ``best`` link from a finished sweep's results; an interrupted
+    sweep writes neither (its table would be partial) and raises :class:`SweepInterrupted`."""
+    import pandas as pd
+
+    from .tune_trials import ERROR, FINISHED, best_row, link_best, trial_row
+
+    rows = []
+    for result in results:
+        row = trial_row(result, out / "runs", sweep.metric)
+        row["config_sha256"] = resolved_config(result.config or {}, base=base, kind=sweep.kind)["config_sha256"]
+        rows.append(row)
+    rows.sort(key=lambda r: r["trial_id"])  # a restored sweep lists its trials in another order
+    unfinished = [r for r in rows if r["status"] not in (FINISHED, ERROR)]
+    if unfinished or len(rows) < sweep_trials(sweep) or not rows:
+        raise SweepInterrupted(out, len(unfinished) + max(0, sweep_trials(sweep) - len(rows)), sweep_trials(sweep))
+    out.mkdir(parents=True, exist_ok=True)
     path = out / TRIALS_FILE
-    frame.to_parquet(path, index=False)
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    best = best_row(rows, sweep.metric, sweep.mode)
+    if best is not None:
+        link_best(out, best)
+    errors = [r["error"] for r in rows if r["status"] == ERROR]
     if errors:
-        raise RuntimeError(f"{len(errors)} of {len(results)} trials failed; first error: {errors[0]}")
+        raise RuntimeError(f"{len(errors)} of {len(rows)} trials failed (see {path}); first error: {errors[0]}")
     return path
 
 
@@ -229,4 +383,16 @@ def sweep_trials(sweep: SweepConfig) -> int:
     return grid * sweep.num_samples
 
 
-__all__ = ["SweepConfig", "load_sweep", "run_sweep", "sweep_trials", "trial_resources"]
+__all__ = [
+    "SweepConfig",
+    "SweepInterrupted",
+    "check_capacity",
+    "load_saved_sweep",
+    "load_sweep",
+    "local_capacity",
+    "resolved_config",
+    "run_sweep",
+    "sweep_dir",
+    "sweep_trials",
+    "trial_resources",
+]

@@ -51,14 +51,10 @@ from .trainer.config import TrainConfig
 # - Two GRPO steps show the stage as four did; neither moved held-out success.
 # - LoRA on the top 15 of SmolLM2's 30 layers stops the backward pass halfway: 21.9 against 31.7
 #   minutes for the whole job, at 3 of 52 held-out cases fewer for every learned arm (p >= 0.55 each).
-# - SFT ranks the gold answer above two accepted wrong candidates (sft.rank_negatives=2), the ranking
-#   the shield commits by: after the same 60 SFT steps, shielded held-out success 0.904 -> 1.000
-#   (5 gained, 0 lost; "A ranking term in SFT"). The whole-object arm trains the same way.
 MAIN_JOB: dict[str, Any] = {
     "train": {
         "model": {"lora": {"top_layers": 15}},
         "data": {"request_style": "paraphrase"},
-        "sft": {"rank_negatives": 2},
         "grpo": {"steps": 2, "shield_k": 1},
     }
 }

@@ -122,9 +122,53 @@ def test_live_categories_never_enter_a_training_split() -> None:
     for category in bfcl_wheel.HELD_OUT:
         with pytest.raises(ConfigError, match=f"data.source: bfcl:{category} is held out"):
             from_dict(TrainConfig, {"data": {"source": f"bfcl:{category}"}})
+        with pytest.raises(ConfigError, match=f"data.mix: bfcl:{category} is held out"):
+            from_dict(TrainConfig, {"data": {"mix": [f"bfcl:{category}=8"]}})
         with pytest.raises(ConfigError, match="held out"):
             check_trainable(f"bfcl:{category}")
     assert {c for c in bfcl_wheel.CATEGORIES if c.startswith("live_")} == bfcl_wheel.HELD_OUT and len(bfcl_wheel.HELD_OUT) == 4
     for category in set(bfcl_wheel.CATEGORIES) - bfcl_wheel.HELD_OUT:
         check_trainable(f"bfcl:{category}")
     check_trainable("bfcl:some/dir/live_simple")  # a directory is the user's own data, named as they like
+
+
+def test_mixed_in_cases_join_the_training_split_only(placed: Path, tmp_path: Path) -> None:
+    """``data.mix`` adds another source's cases to training; the held-out cases stay those of
+    ``data.source``, disjoint from every training case, and the same config makes the same cases."""
+    from contractrl.configtree import from_dict
+    from contractrl.tasks.store import read_manifest
+    from contractrl.trainer.config import TrainConfig
+    from contractrl.trainer.entry import prepare_cases
+
+    data = from_dict(
+        TrainConfig,
+        {"data": {"train_cases": 8, "eval_cases": 6, "mix": ["bfcl:simple=5"], "families": ["wrong_type", "missing_required"]}},
+    ).data
+    train, held_out = prepare_cases(data, tmp_path / "a")
+    bfcl = [c for c in train if "flight" in c.public.request]
+    assert len(train) == 13 and len(bfcl) == 5 and {c.public.family for c in bfcl} <= {"wrong_type", "missing_required"}
+    assert len(held_out) == 6 and not any("flight" in c.public.request for c in held_out)
+    assert not {c.public.case_id for c in train} & {c.public.case_id for c in held_out}
+    manifest = read_manifest(tmp_path / "a" / "cases" / "train")
+    assert [m["source"] for m in manifest["mix"]] == ["bfcl:simple"] and manifest["mix"][0]["n"] == 5
+    again, _ = prepare_cases(data, tmp_path / "b")
+    assert [c.public.case_id for c in again] == [c.public.case_id for c in train]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("bfcl:simple", "write SOURCE=N"),
+        ("bfcl:simple=0", "write SOURCE=N"),
+        ("bfcl:simple=x", "write SOURCE=N"),
+        ("=4", "write SOURCE=N"),
+        ("nowhere=4", "unknown case source 'nowhere'"),
+    ],
+)
+def test_a_bad_mix_entry_is_one_line_naming_the_key(entry: str, message: str) -> None:
+    from contractrl.configtree import from_dict
+    from contractrl.trainer.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=f"data.mix: .*{re.escape(message)}") as raised:
+        from_dict(TrainConfig, {"data": {"mix": [entry]}})
+    assert "\n" not in str(raised.value)

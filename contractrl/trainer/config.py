@@ -95,6 +95,23 @@ class ModelConfig:
         )
 
 
+def mix_entry(entry: str) -> tuple[str, int]:
+    """``SOURCE=N`` of ``data.mix`` as (source, N), checked without reading any data. A mixed-in
+    source states its requests as its data does (BFCL: the users' own words), so it is checked in
+    the style that source takes."""
+    source, sep, count = entry.rpartition("=")
+    if not sep or not source or not count.strip().isdigit() or int(count) < 1:
+        raise ConfigError(f"{entry!r}: write SOURCE=N with N >= 1 training cases, e.g. bfcl:simple=64")
+    check_source(source, mix_style(source, "verbatim"))
+    check_trainable(source)
+    return source, int(count)
+
+
+def mix_style(source: str, style: str) -> str:
+    """The request style a mixed-in source is generated in: BFCL's questions are its own words."""
+    return "verbatim" if source.partition(":")[0] == "bfcl" else style
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Training and held-out cases, generated from one source (disjoint by the split audit)."""
@@ -109,6 +126,11 @@ class DataConfig:
     )
     seed: int = setting(0, help="case generation seed (held-out cases use a seed derived from it)")
     train_cases: int = setting(256, help="training cases (SFT demonstrations and GRPO prompts)")
+    mix: tuple[str, ...] = setting(
+        (),
+        help="more training cases from other sources, each SOURCE=N (e.g. bfcl:simple=64): joined to the training "
+        "split only, so held-out cases still come from data.source alone; held-out categories (bfcl:live_*) refused",
+    )
     eval_cases: int = setting(52, help="held-out cases, disjoint from training by the split audit (4 per family)")
     families: tuple[str, ...] = setting(
         CORRUPTION_FAMILIES, help="corruption families to draw cases from (those the source can host)"
@@ -134,6 +156,11 @@ class DataConfig:
             check_trainable(self.source)
         except ConfigError as exc:
             raise ConfigError(f"data.source: {exc}") from exc
+        for entry in self.mix:
+            try:
+                mix_entry(entry)
+            except ConfigError as exc:
+                raise ConfigError(f"data.mix: {exc}") from exc
         unknown = sorted(set(self.disjoint) - set(UNITS))
         check(not unknown, f"data.disjoint: unknown audit units {unknown}; choose from {', '.join(UNITS)}")
         check(self.train_cases >= 1, f"data.train_cases must be >= 1, got {self.train_cases}")

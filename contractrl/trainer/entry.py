@@ -34,7 +34,7 @@ from ..tasks.offline import read_cases
 from ..tasks.sources import source_families
 from ..tasks.store import MANIFEST_FILE, write_case_set
 from ..validators.jsonvalue import sha256_json
-from .config import DataConfig, TrainConfig
+from .config import DataConfig, TrainConfig, mix_entry, mix_style
 from .loop import Trainer, TrainResult, derived_seed
 from .presets import load_tokenizer, model_path
 
@@ -94,7 +94,11 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
     }
     train_config = GenerateConfig(seed=data.seed, n=data.train_cases, **common)
     train = generate_cases(train_config)
-    write_case_set(train, train_dir, train_config.to_dict())
+    mixed = [mixed_config(data, entry, common) for entry in data.mix]
+    for config in mixed:
+        train.extend(generate_cases(config))
+    extra_train = {"mix": [config.to_dict() for config in mixed]} if mixed else None
+    write_case_set(train, train_dir, train_config.to_dict(), extra_train)
     if data.eval_cases == 0:
         return train, []
     eval_config = GenerateConfig(seed=derived_seed(data.seed, "eval"), n=data.eval_cases, **common)
@@ -104,6 +108,25 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
     extra = {"audit": [r.to_dict() for r in rows], "disjoint_from": str(train_dir), "disjoint_units": list(data.disjoint)}
     write_case_set(held_out, eval_dir, eval_config.to_dict(), extra)
     return train, held_out
+
+
+def mixed_config(data: DataConfig, entry: str, common: dict[str, Any]) -> GenerateConfig:
+    """One ``data.mix`` entry's generation: its own derived seed, the families its source hosts."""
+    source, n = mix_entry(entry)
+    hosted = source_families(source)
+    families = tuple(f for f in data.families if f in hosted)
+    if not families:
+        raise ConfigError(f"data.mix: {source} hosts none of data.families {list(data.families)}")
+    return GenerateConfig(
+        **{
+            **common,
+            "seed": derived_seed(data.seed, "mix", source),
+            "n": n,
+            "source": source,
+            "request_style": mix_style(source, data.request_style),
+            "families": families,
+        }
+    )
 
 
 def sft_demonstrations(cases: Sequence[Case], config: TrainConfig) -> list[Demonstration]:

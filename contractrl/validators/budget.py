@@ -243,16 +243,16 @@ def _own_cost(node: Any) -> int:
 
 def _index(root: dict[str, Any]) -> dict[str, Any]:
     """Every subschema by pointer (the positions that hold schemas, as dialects.walk finds them)."""
-    from .dialects import _walk_schemas
+    from .dialects import walk_schemas
 
-    return _walk_schemas(root)
+    return walk_schemas(root)
 
 
 def _target(node: Any) -> str | None:
-    from .dialects import _ref_target
+    from .dialects import ref_target
 
     if isinstance(node, dict) and isinstance(node.get("$ref"), str):
-        return _ref_target(node["$ref"], "")
+        return ref_target(node["$ref"], "")
     return None
 
 

@@ -456,7 +456,7 @@ class _Normalizer:
             raise SchemaCompileError(f"only local '#...' references are allowed, got {value!r}", here)
         if value == "#":
             return value
-        target = _ref_target(value, here)
+        target = ref_target(value, here)
         tokens = parse_pointer(target)
         if resolve(self.root, tokens, _NOTHING) is _NOTHING:
             raise SchemaCompileError(f"$ref {value!r} resolves to nothing in the schema as written", here)
@@ -544,7 +544,7 @@ def _rs_compiles(pattern: str) -> bool:
     return guard().compiles({"pattern": pattern})
 
 
-def _walk_schemas(root: dict[str, Any]) -> dict[str, Any]:
+def walk_schemas(root: dict[str, Any]) -> dict[str, Any]:
     """Every subschema of a normalised schema by its canonical pointer, found by keyword position.
 
     Only places where the keyword makes the value a schema are walked: the values of
@@ -570,7 +570,7 @@ def _walk_schemas(root: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _ref_target(ref: str, where: str) -> str:
+def ref_target(ref: str, where: str) -> str:
     """The canonical pointer a local ``$ref`` names: its fragment percent-decoded, as both backends read it."""
     try:
         return format_pointer(parse_pointer(unquote(ref[1:], errors="strict")))
@@ -656,12 +656,12 @@ def _check_refs(root: dict[str, Any], max_chain: int) -> None:
     A reference into a non-schema position (an ``enum`` value, a ``default``) is refused: the
     backends would compile it as a schema that was never normalised or checked here.
     """
-    schemas = _walk_schemas(root)
+    schemas = walk_schemas(root)
     edges: dict[str, str] = {}
     for ptr, node in schemas.items():
         if isinstance(node, dict) and "$ref" in node:
             ref, where = node["$ref"], f"{ptr}/$ref"
-            target = _ref_target(ref, where)
+            target = ref_target(ref, where)
             if target not in schemas:
                 found = resolve(root, parse_pointer(target), _NOTHING)
                 what = (

@@ -1,5 +1,5 @@
 """Seeded case generation over a source of valid calls (the built-in catalog, BFCL data or a JSON
-Schema corpus: tasks/sources.py).
+Schema corpus: tasks/sources.py), or over a model's natural failures (tasks/natural.py).
 
 Case ``i`` of a run depends only on (seed, i) and the configuration, never on the cases before it,
 so the same seed gives the same cases however the work is split. Corruption families are assigned
@@ -20,6 +20,7 @@ from ..validators.jsonvalue import canonical_json
 from .cases import ABSTAIN, Case, OfflineCase, PublicCase
 from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
+from .natural import NaturalSource, failure_case
 from .sources import BUILTIN, SourceCall, check_source, make_source, source_families
 from .spec import ToolSpec
 
@@ -34,7 +35,7 @@ class GenerateConfig:
     tool_families: tuple[str, ...] = TOOL_FAMILIES
     max_attempts: int = 2
     max_ops: int = 2
-    source: str = BUILTIN  # or bfcl:DIR, jsonschema:DIR
+    source: str = BUILTIN  # or bfcl:CATEGORY, bfcl:DIR, jsonschema:DIR, bfcl-results:DIR, bfcl-results-live:DIR
     request_style: str = "verbatim"  # or paraphrase (tasks/requests.py)
 
     def __post_init__(self) -> None:
@@ -179,4 +180,33 @@ def generate_cases(
     """``config.n`` cases; ``reject`` lets a caller refuse a case (e.g. one overlapping another split)."""
     generator = CaseGenerator(config)
     indices = progress if progress is not None else range(config.n)
+    if isinstance(generator.source, NaturalSource):
+        return natural_cases(generator.source, config, reject, indices)
     return [generator.case(i, reject) for i in indices]
+
+
+def natural_cases(
+    source: NaturalSource, config: GenerateConfig, reject: Callable[[Case], bool] | None, indices: Iterable[int]
+) -> list[Case]:
+    """The first ``config.n`` natural failures of ``config.families`` in the seed's order, each used
+    once (a natural failure is one call: drawing it twice would only repeat it); those ``reject``
+    refuses are passed over. Too few failures is an error that says how many there are."""
+    pool = iter(source.ordered(config.seed, config.families))
+    out: list[Case] = []
+    rejected = 0
+    for _ in indices:
+        for failure in pool:
+            case = failure_case(failure, config.max_attempts, config.max_ops)
+            if reject is not None and reject(case):
+                rejected += 1
+                continue
+            out.append(case)
+            break
+        else:
+            have = len(source.ordered(config.seed, config.families))
+            raise ConfigError(
+                f"{source.name} has {have} natural failures of families {list(config.families)}"
+                + (f", {rejected} of them refused as overlapping the excluded case set" if rejected else "")
+                + f"; {config.n} cases were asked for"
+            )
+    return out

@@ -102,7 +102,8 @@ class DataConfig:
     source: str = setting(
         "builtin",
         help="where valid calls come from: builtin, bfcl:CATEGORY (from the BFCL wheel; live_* are held out), "
-        "bfcl:DIR or jsonschema:DIR (docs/cases.md)",
+        "bfcl:DIR, jsonschema:DIR or bfcl-results:DIR (a model's natural failures from its non-live BFCL result "
+        "files; bfcl-results-live:DIR is held out) (docs/cases.md)",
     )
     request_style: Literal["verbatim", "paraphrase"] = setting(
         "verbatim", help="how requests state values: JSON to copy, or words to understand (docs/cases.md)"

@@ -1,0 +1,590 @@
+"""Natural failures: the calls a model really made on BFCL, read from BFCL's own result and score files.
+
+``bfcl generate`` writes one ``BFCL_v4_<category>_result.json`` per category (JSON Lines: ``id``
+and ``result``, the model's raw answer) and ``bfcl evaluate`` one ``BFCL_v4_<category>_score.json``
+(a header line with ``accuracy``, ``correct_count`` and ``total_count``, then one line per entry
+BFCL refused, with its ``error_type``). This is what a user brings: their own model's BFCL run.
+
+Each answer is decoded as BFCL decodes it (a Python call list for prompting models, or a list of
+``{name: arguments}`` objects for function-calling ones), but only literals are read: nothing in
+an answer is evaluated. Each call is paired with the ground-truth call of the same function (the
+k-th call of a function with its k-th ground-truth call) and checked by the public verifier. The
+calls it rejects (wrong types, missing required arguments, enum violations, renamed keys such as
+``from`` for ``_from``) are kept as repair cases; the calls it accepts are skipped and counted,
+since no repair policy is ever asked about them. The share of BFCL's failures the verifier can see
+at all is reported beside them (:class:`NaturalCounts`).
+
+A Python function refuses a keyword it does not declare, and so does BFCL's checker; the root of
+every schema is therefore closed (``additionalProperties: false``) unless it says otherwise, so a
+renamed key is an error the verifier reports. Semantic success is BFCL's acceptance over every
+possible answer (:func:`~.bfcl.bfcl_accepts`), as for the BFCL source; the target kept for the
+gold patch keeps every value of the model's call that BFCL already accepts.
+
+The ``live_*`` categories are held out: ``bfcl-results:DIR`` reads only the non-live result files
+under ``DIR`` (the live ones are counted as skipped), and ``bfcl-results-live:DIR`` reads only the
+live ones and is refused for training (:func:`~.bfcl_wheel.check_trainable`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ContractRLError, InputFileError
+from ..validators import Verifier
+from ..validators.jsonvalue import canonical_json
+from ..validators.pointer import escape_token
+from ..validators.strict_json import ParseLimits, parse_json_text
+from .bfcl import BfclEntry, bfcl_accepts, ground_truth_call, load_bfcl, read_jsonl
+from .bfcl_wheel import CATEGORIES, HELD_OUT, category_dir
+from .cases import Case, OfflineCase, PublicCase
+
+RESULTS = "bfcl-results"
+RESULTS_LIVE = "bfcl-results-live"
+_RESULT_FILE = re.compile(r"^BFCL_v4_(?P<category>[A-Za-z0-9_]+)_result\.json$")
+_SCORE_FILE = re.compile(r"^BFCL_v4_(?P<category>[A-Za-z0-9_]+)_score\.json$")
+# BFCL's test category (the file name's middle) -> the wheel's category name
+_TEST_CATEGORY = {question[len("BFCL_v4_") : -len(".json")]: name for name, question in CATEGORIES.items()}
+# Java and JavaScript answers are in those languages' call syntax, not Python's
+_PYTHON_ONLY = frozenset({"simple_java", "simple_javascript"})
+MAX_FILES = 256
+MAX_ANSWER_CHARS = 65_536  # one model answer; BFCL answers are a few hundred characters
+MAX_CALLS = 64  # calls in one answer
+_ARG_LIMITS = ParseLimits(max_bytes=MAX_ANSWER_CHARS, max_depth=64)
+_SCHEMA_CODES_BY_FAMILY = {
+    "missing_required": "missing_required",
+    "wrong_type": "wrong_type",
+}
+ACCEPTED = "verifier accepts the call"
+
+
+class DecodeError(ValueError):
+    """A model answer that is not a list of calls with literal arguments."""
+
+
+@dataclass(frozen=True)
+class NaturalFailure:
+    """One call a model made that the public verifier rejects, with what scoring needs."""
+
+    entry_id: str
+    category: str
+    position: int  # which call of the model's answer (0-based)
+    calls: int  # how many calls the answer had
+    function: str
+    schema: dict[str, Any]  # strict, normalised, root closed
+    schema_sha256: str
+    question: str
+    candidate: dict[str, Any]
+    target: dict[str, Any]
+    possible: dict[str, Any]
+    report: dict[str, Any]
+    family: str
+    codes: tuple[str, ...]
+    bfcl_error: str  # BFCL's error_type for the whole answer ("" where BFCL accepted it)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.entry_id, self.position
+
+
+@dataclass
+class NaturalCounts:
+    """What a run's files gave: answers read, BFCL's failures, and how many of those the verifier sees."""
+
+    answers: int = 0
+    bfcl_failed: int = 0  # answers BFCL refuses
+    verifier_visible: int = 0  # of those, answers with at least one call the verifier rejects
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + count
+
+    def to_dict(self) -> dict[str, Any]:
+        share = self.verifier_visible / self.bfcl_failed if self.bfcl_failed else None
+        return {
+            "answers": self.answers,
+            "bfcl_failed": self.bfcl_failed,
+            "verifier_visible": self.verifier_visible,
+            "visible_share": share,
+        }
+
+
+# --- finding and reading the files -------------------------------------------------------------
+
+
+def find_result_files(directory: str | Path, live: bool, counts: NaturalCounts) -> list[tuple[str, Path, Path | None]]:
+    """(wheel category, result file, score file or None) for every usable result file under ``directory``.
+
+    ``bfcl generate`` nests files as ``result/<model>/<group>/``, so the folder is searched
+    recursively; it must hold one model's run (two result files of one category are refused).
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise InputFileError(f"BFCL results directory not found: {root}")
+    results = _by_category(root, _RESULT_FILE, "result")
+    scores = _by_category(root, _SCORE_FILE, "score")
+    if not results:
+        raise InputFileError(f"no BFCL result files (BFCL_v4_<category>_result.json) under {root}")
+    found = []
+    for test_category, path in sorted(results.items()):
+        name = _TEST_CATEGORY.get(test_category)
+        if name is None or test_category in _PYTHON_ONLY:
+            counts.skip(f"unsupported category {test_category}", _count_lines(path))
+            continue
+        if (name in HELD_OUT) != live:
+            why = "held out: live category (read with bfcl-results-live:DIR)" if not live else "not a live category"
+            counts.skip(why, _count_lines(path))
+            continue
+        found.append((name, path, scores.get(test_category)))
+    if not found:
+        kinds = "live" if live else "non-live"
+        raise ConfigError(f"no {kinds} BFCL result files of a supported category under {root} (skipped: {counts.skipped})")
+    return found
+
+
+def _by_category(root: Path, pattern: re.Pattern[str], what: str) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for n, path in enumerate(sorted(root.rglob("BFCL_v4_*.json"))):
+        if n >= MAX_FILES:
+            raise InputFileError(f"over {MAX_FILES} BFCL files under {root}: point at one model's run")
+        match = pattern.match(path.name)
+        if not match:
+            continue
+        category = match["category"]
+        if category in out:
+            raise InputFileError(f"two BFCL {what} files for {category} under {root} ({out[category]}, {path}): point at one model's run")
+        out[category] = path
+    return out
+
+
+def _count_lines(path: Path) -> int:
+    return sum(1 for _ in read_jsonl(path))
+
+
+def read_results(path: str | Path) -> list[tuple[str, Any]]:
+    """(id, raw answer) of every line of a result file, in file order."""
+    out = []
+    seen: set[str] = set()
+    for lineno, raw in read_jsonl(path):
+        entry_id = raw.get("id")
+        if not isinstance(entry_id, str) or "result" not in raw:
+            raise InputFileError(f"{path}:{lineno}: a BFCL result line needs a string 'id' and a 'result'")
+        if entry_id in seen:
+            raise InputFileError(f"{path}:{lineno}: id {entry_id!r} appears twice")
+        seen.add(entry_id)
+        out.append((entry_id, raw["result"]))
+    return out
+
+
+def read_scores(path: str | Path) -> dict[str, str]:
+    """BFCL's verdicts: the ``error_type`` of every answer it refused, by id."""
+    refused: dict[str, str] = {}
+    header = False
+    for lineno, raw in read_jsonl(path):
+        if not header:
+            if not all(isinstance(raw.get(k), (int, float)) for k in ("accuracy", "correct_count", "total_count")):
+                raise InputFileError(f"{path}:{lineno}: a BFCL score file starts with accuracy, correct_count and total_count")
+            header = True
+            continue
+        entry_id = raw.get("id")
+        if not isinstance(entry_id, str) or raw.get("valid") is not False:
+            raise InputFileError(f"{path}:{lineno}: a BFCL score line needs a string 'id' and 'valid': false")
+        refused[entry_id] = str(raw.get("error_type", "unknown"))
+    return refused
+
+
+# --- decoding answers ----------------------------------------------------------------------------
+
+
+def decode_calls(result: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The (function, arguments) calls of one BFCL answer; literals only, nothing evaluated.
+
+    A string is a prompting model's Python call list (``[f(a=1), g(b='x')]``), decoded as BFCL's
+    ``default_decode_ast_prompting`` does but refusing any argument that is not a literal (BFCL
+    evaluates arithmetic; a file from elsewhere must not run code here). A list is a
+    function-calling model's ``[{name: arguments}]``, the arguments an object or its JSON text.
+    """
+    if isinstance(result, str):
+        return _decode_python(result)
+    if isinstance(result, list) and result and all(isinstance(item, dict) and len(item) == 1 for item in result):
+        if len(result) > MAX_CALLS:
+            raise DecodeError(f"over {MAX_CALLS} calls")
+        calls = []
+        for item in result:
+            ((name, args),) = item.items()
+            if isinstance(args, str):
+                parsed = parse_json_text(args, _ARG_LIMITS)
+                if not parsed.is_value:
+                    raise DecodeError(f"arguments of {name} are not strict JSON")
+                args = parsed.value
+            if not isinstance(args, dict):
+                raise DecodeError(f"arguments of {name} are not an object")
+            calls.append((str(name), args))
+        return calls
+    raise DecodeError("neither a call list nor a list of {name: arguments}")
+
+
+def _decode_python(text: str) -> list[tuple[str, dict[str, Any]]]:
+    if len(text) > MAX_ANSWER_CHARS:
+        raise DecodeError(f"answer over {MAX_ANSWER_CHARS} characters")
+    text = text.strip("`\n ")
+    if not text.startswith("["):
+        text = "[" + text
+    if not text.endswith("]"):
+        text += "]"
+    try:
+        body = ast.parse(text.strip().strip("'"), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise DecodeError(f"not a Python call list ({type(exc).__name__})") from None
+    nodes = [body] if isinstance(body, ast.Call) else getattr(body, "elts", None)
+    if not nodes or len(nodes) > MAX_CALLS or not all(isinstance(n, ast.Call) for n in nodes):
+        raise DecodeError("not a non-empty list of calls")
+    return [_call(node) for node in nodes]
+
+
+def _call(node: ast.Call) -> tuple[str, dict[str, Any]]:
+    parts = []
+    func: ast.expr = node.func
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or node.args:
+        raise DecodeError("a call must name a function and pass keyword arguments only")
+    parts.append(func.id)
+    args = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise DecodeError("**kwargs is not an argument")
+        args[kw.arg] = _literal(kw.value, 0)
+    return ".".join(reversed(parts)), args
+
+
+def _literal(node: ast.expr, depth: int) -> Any:
+    """A JSON value from an argument's syntax; a bare name reads as its text, as in BFCL."""
+    if depth > 64:
+        raise DecodeError("argument nested too deep")
+    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float, bool))):
+        if isinstance(node.value, float) and not math.isfinite(node.value):
+            raise DecodeError("a non-finite number")
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        value = node.operand.value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(v, depth + 1) for v in node.elts]
+    if isinstance(node, ast.Dict):
+        out = {}
+        for k, v in zip(node.keys, node.values, strict=True):
+            key = _literal(k, depth + 1) if k is not None else None
+            if not isinstance(key, str):
+                raise DecodeError("an object key that is not a string")
+            out[key] = _literal(v, depth + 1)
+        return out
+    if isinstance(node, ast.Name):
+        return node.id
+    raise DecodeError(f"argument is not a literal ({type(node).__name__})")
+
+
+# --- verifying and pairing -----------------------------------------------------------------------
+
+
+def closed(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters schema with its root closed: a function refuses a keyword it does not declare."""
+    if "properties" in parameters and "additionalProperties" not in parameters:
+        return {**parameters, "additionalProperties": False}
+    return parameters
+
+
+def classify(errors: list[dict[str, Any]]) -> str:
+    """The corruption family a natural failure is filed under, from the verifier's report.
+
+    One error at a top-level argument is ``missing_required``, ``wrong_type`` or (any other
+    constraint, an enum or a bound) ``constraint_violation``; one error deeper is ``nested_field``
+    or, inside an array, ``array_element``; several errors (a renamed key is an unknown key plus
+    a missing one) are ``multi_field``.
+    """
+    if len(errors) != 1:
+        return "multi_field"
+    code, pointer = str(errors[0].get("code")), str(errors[0].get("pointer", ""))
+    tokens = pointer.split("/")[1:]
+    if len(tokens) >= 2:
+        return "array_element" if any(t.isdigit() for t in tokens) else "nested_field"
+    if code in _SCHEMA_CODES_BY_FAMILY:
+        return _SCHEMA_CODES_BY_FAMILY[code]
+    if code == "additional_property":
+        return "multi_field"  # an unknown key alone: the repair removes it, and may add another
+    return "constraint_violation"
+
+
+def repair_target(candidate: dict[str, Any], concrete: dict[str, Any], possible: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The nearest call BFCL accepts: the model's values where BFCL already accepts them, the
+    first acceptable value where it does not, an optional argument the model left out still left
+    out, and no argument outside the possible answer."""
+    required = schema.get("required", [])
+    target: dict[str, Any] = {}
+    for name, value in candidate.items():
+        if name in possible and bfcl_accepts({name: value}, {name: possible[name]}, schema)[0]:
+            target[name] = value
+    for name, value in concrete.items():
+        options = possible.get(name)
+        omittable = "" in (options if isinstance(options, list) else [options]) and name not in required
+        if name not in target and not (omittable and name not in candidate):
+            target[name] = value
+    return target
+
+
+def gold_patch(candidate: dict[str, Any], target: dict[str, Any]) -> list[dict[str, Any]]:
+    """Top-level operations from the model's call to the target, in path order."""
+    ops = []
+    for name in sorted(set(candidate) | set(target)):
+        path = "/" + escape_token(name)
+        if name not in target:
+            ops.append({"op": "remove", "path": path})
+        elif name not in candidate:
+            ops.append({"op": "add", "path": path, "value": target[name]})
+        elif canonical_json(candidate[name]) != canonical_json(target[name]):
+            ops.append({"op": "replace", "path": path, "value": target[name]})
+    return ops
+
+
+def _verifier(parameters: dict[str, Any], cache: dict[str, Verifier]) -> Verifier:
+    key = canonical_json(parameters)
+    if key not in cache:
+        strict = Verifier.build(closed(parameters), dialect="bfcl")
+        cache[key] = Verifier.build(strict.schema.normalized.schema)  # as rollout builds it from the case
+    return cache[key]
+
+
+def _answer_fails(entry: BfclEntry, calls: list[tuple[str, dict[str, Any]]], verifiers: dict[str, Verifier]) -> str:
+    """BFCL's verdict where no score file is given: an error type, or "" when accepted.
+
+    Calls are matched to ground-truth calls of the same function in order (BFCL's parallel
+    checker matches in any order; an answer it accepts in another order is counted as failed).
+    """
+    if len(calls) != len(entry.ground_truth):
+        return "count_mismatch"
+    for (name, args), answer in zip(calls, _pairs(entry, calls), strict=True):
+        if answer is None:
+            return "wrong_function"
+        try:
+            schema = _verifier(entry.function(name).parameters, verifiers).schema.normalized.schema
+        except (KeyError, ContractRLError):
+            return "wrong_function"
+        if not bfcl_accepts(args, entry.ground_truth[answer][name], schema)[0]:
+            return "value_error"
+    return ""
+
+
+def _pairs(entry: BfclEntry, calls: list[tuple[str, dict[str, Any]]]) -> list[int | None]:
+    """The ground-truth index each call is paired with: the k-th call of a function with its k-th answer."""
+    used: dict[str, int] = {}
+    out: list[int | None] = []
+    for name, _ in calls:
+        indices = [i for i, gt in enumerate(entry.ground_truth) if name in gt]
+        k = used.get(name, 0)
+        used[name] = k + 1
+        out.append(indices[k] if k < len(indices) else None)
+    return out
+
+
+def natural_failures(directory: str | Path, live: bool = False) -> tuple[list[NaturalFailure], NaturalCounts]:
+    """Every verifier-rejected call of one model's BFCL run under ``directory``, and the counts."""
+    counts = NaturalCounts()
+    failures: list[NaturalFailure] = []
+    verifiers: dict[str, Verifier] = {}
+    for category, result_path, score_path in find_result_files(directory, live, counts):
+        data = category_dir(category)
+        question_file = data / CATEGORIES[category]
+        entries = {e.id: e for e in load_bfcl(question_file, data / "possible_answer" / CATEGORIES[category])}
+        refused = read_scores(score_path) if score_path is not None else None
+        answers = read_results(result_path)
+        if refused is not None and set(refused) - {i for i, _ in answers}:
+            raise InputFileError(f"{score_path} scores ids its result file {result_path} lacks: not the same run")
+        for entry_id, result in answers:
+            counts.answers += 1
+            entry = entries.get(entry_id)
+            if entry is None or not entry.ground_truth:
+                counts.skip("id not in the BFCL data with a possible answer")
+                continue
+            verdict = refused.get(entry_id, "") if refused is not None else None
+            try:
+                calls = decode_calls(result)
+            except DecodeError:
+                counts.skip("answer not decodable as calls")
+                counts.bfcl_failed += 1 if verdict is None or verdict else 0
+                continue
+            if verdict is None:
+                verdict = _answer_fails(entry, calls, verifiers)
+            kept = _entry_failures(category, entry, calls, verdict, verifiers, counts)
+            failures.extend(kept)
+            if verdict:
+                counts.bfcl_failed += 1
+                counts.verifier_visible += bool(kept)
+    return failures, counts
+
+
+def _entry_failures(
+    category: str,
+    entry: BfclEntry,
+    calls: list[tuple[str, dict[str, Any]]],
+    verdict: str,
+    verifiers: dict[str, Verifier],
+    counts: NaturalCounts,
+) -> list[NaturalFailure]:
+    out = []
+    for position, ((name, args), answer) in enumerate(zip(calls, _pairs(entry, calls), strict=True)):
+        try:
+            function = entry.function(name)
+        except KeyError:
+            counts.skip("function not listed for the question")
+            continue
+        try:
+            verifier = _verifier(function.parameters, verifiers)
+        except ContractRLError:
+            counts.skip("schema does not compile strictly")
+            continue
+        report = verifier.verify(args)
+        if report.accepted:
+            counts.skip(ACCEPTED)
+            continue
+        if answer is None:
+            counts.skip("function not in the possible answer")
+            continue
+        schema = verifier.schema.normalized.schema
+        possible = entry.ground_truth[answer][name]
+        _, concrete = ground_truth_call(entry, answer)
+        target = repair_target(args, concrete, possible, schema)
+        if not (verifier.verify(target).accepted and bfcl_accepts(target, possible, schema)[0]):
+            target = concrete
+        if not verifier.verify(target).accepted:
+            counts.skip("ground truth refused by its own schema")
+            continue
+        question = entry.user_text
+        if len(calls) > 1:
+            question += f"\n\n(Repair call {position + 1} of {len(calls)}: {name}.)"
+        errors = report.to_dict()["errors"]
+        out.append(
+            NaturalFailure(
+                entry_id=entry.id,
+                category=category,
+                position=position,
+                calls=len(calls),
+                function=name,
+                schema=schema,
+                schema_sha256=verifier.schema.sha256,
+                question=question,
+                candidate=args,
+                target=target,
+                possible=possible,
+                report=report.to_dict(),
+                family=classify(errors),
+                codes=tuple(str(e["code"]) for e in errors),
+                bfcl_error=verdict,
+            )
+        )
+    return out
+
+
+# --- cases ---------------------------------------------------------------------------------------
+
+
+def failure_case(failure: NaturalFailure, max_attempts: int, max_ops: int) -> Case:
+    """One natural failure as a repair case; its id depends on the call, not on the seed drawing it."""
+    patch = gold_patch(failure.candidate, failure.target)
+    digest = hashlib.sha256(
+        canonical_json(["natural", failure.entry_id, failure.position, failure.function, failure.candidate]).encode()
+    ).hexdigest()
+    case_id = "n" + digest[:15]
+    public = PublicCase(
+        case_id=case_id,
+        family=failure.family,
+        tool=failure.function,
+        tool_family="bfcl",  # its sandbox records the call (catalog.IMPORTED_TOOL_FAMILIES)
+        schema=failure.schema,
+        schema_sha256=failure.schema_sha256,
+        schema_version=1,
+        contract={"rules": []},
+        request=failure.question,
+        candidate=failure.candidate,
+        report=failure.report,
+        immutable=(),
+        max_attempts=max_attempts,
+        max_ops=max(max_ops, len(patch)),
+        world_seed=int(digest[16:23], 16),
+    )
+    from .generate import cluster_key  # generate imports this module's source
+
+    offline = OfflineCase(
+        case_id=case_id,
+        target=failure.target,
+        target_patch=patch,
+        expected={"abstain": False, "bfcl_possible": failure.possible},
+        cluster=cluster_key(failure.function, failure.target, failure.candidate),
+        corruption={
+            "family": failure.family,
+            "natural": True,
+            "bfcl_id": failure.entry_id,
+            "bfcl_category": failure.category,
+            "bfcl_error": failure.bfcl_error,
+            "call": [failure.position, failure.calls],
+            "codes": list(failure.codes),
+        },
+    )
+    return Case(public, offline)
+
+
+class NaturalSource:
+    """A model's BFCL run as a case source: its verifier-rejected calls, taken in a seeded order."""
+
+    def __init__(self, directory: str | Path, live: bool = False) -> None:
+        self.name = f"{RESULTS_LIVE if live else RESULTS}:{directory}"
+        self.failures, self.counts = natural_failures(directory, live)
+        if not self.failures:
+            raise ConfigError(f"no natural failures in {self.name}: the verifier rejects none of its calls ({self.counts.skipped})")
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        return self.counts.skipped
+
+    def families(self) -> tuple[str, ...]:
+        from .corruptions import CORRUPTION_FAMILIES
+
+        present = {f.family for f in self.failures}
+        return tuple(f for f in CORRUPTION_FAMILIES if f in present)
+
+    def ordered(self, seed: int, families: tuple[str, ...]) -> list[NaturalFailure]:
+        """The failures of ``families`` in the seed's order (the data's order never matters)."""
+        pool = sorted((f for f in self.failures if f.family in families), key=lambda f: f.key)
+        random.Random(f"natural:{seed}").shuffle(pool)
+        return pool
+
+    def report(self) -> dict[str, Any]:
+        return {"used": len(self.failures), "skipped": dict(sorted(self.skipped.items())), "bfcl": self.counts.to_dict()}
+
+
+__all__ = [
+    "ACCEPTED",
+    "RESULTS",
+    "RESULTS_LIVE",
+    "DecodeError",
+    "NaturalCounts",
+    "NaturalFailure",
+    "NaturalSource",
+    "classify",
+    "closed",
+    "decode_calls",
+    "failure_case",
+    "find_result_files",
+    "gold_patch",
+    "natural_failures",
+    "read_results",
+    "read_scores",
+    "repair_target",
+]

@@ -68,7 +68,7 @@ def check_trainable(spec: str) -> None:
     (``bfcl:live_*``) or a model's live results (``bfcl-results-live:DIR``; ``bfcl-results:DIR``
     reads only the non-live result files, :mod:`.natural`)."""
     kind, _, name = spec.partition(":")
-    if kind == "bfcl" and name in HELD_OUT or kind == "bfcl-results-live":
+    if (kind == "bfcl" and name in HELD_OUT) or kind == "bfcl-results-live":
         raise ConfigError(
             f"{spec} is held out: the live categories are never trained, tuned or selected on; generate its "
             "cases with `contractrl cases generate --source " + spec + "` and evaluate on them"

@@ -158,7 +158,9 @@ def _by_category(root: Path, pattern: re.Pattern[str], what: str) -> dict[str, P
             continue
         category = match["category"]
         if category in out:
-            raise InputFileError(f"two BFCL {what} files for {category} under {root} ({out[category]}, {path}): point at one model's run")
+            raise InputFileError(
+                f"two BFCL {what} files for {category} under {root} ({out[category]}, {path}): point at one model's run"
+            )
         out[category] = path
     return out
 
@@ -323,7 +325,9 @@ def classify(errors: list[dict[str, Any]]) -> str:
     return "constraint_violation"
 
 
-def repair_target(candidate: dict[str, Any], concrete: dict[str, Any], possible: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+def repair_target(
+    candidate: dict[str, Any], concrete: dict[str, Any], possible: dict[str, Any], schema: dict[str, Any]
+) -> dict[str, Any]:
     """The nearest call BFCL accepts: the model's values where BFCL already accepts them, the
     first acceptable value where it does not, an optional argument the model left out still left
     out, and no argument outside the possible answer."""
@@ -547,7 +551,9 @@ class NaturalSource:
         self.name = f"{RESULTS_LIVE if live else RESULTS}:{directory}"
         self.failures, self.counts = natural_failures(directory, live)
         if not self.failures:
-            raise ConfigError(f"no natural failures in {self.name}: the verifier rejects none of its calls ({self.counts.skipped})")
+            raise ConfigError(
+                f"no natural failures in {self.name}: the verifier rejects none of its calls ({self.counts.skipped})"
+            )
 
     @property
     def skipped(self) -> dict[str, int]:

@@ -359,7 +359,8 @@ def check_source(spec: str, style: str = "verbatim") -> None:
     kind, _, directory = spec.partition(":")
     if spec != BUILTIN and not (kind in ("bfcl", "jsonschema", RESULTS, RESULTS_LIVE) and directory):
         raise ConfigError(
-            f"unknown case source {spec!r}; use builtin, bfcl:CATEGORY, bfcl:DIR, jsonschema:DIR, {RESULTS}:DIR or {RESULTS_LIVE}:DIR"
+            f"unknown case source {spec!r}; use builtin, bfcl:CATEGORY, bfcl:DIR, jsonschema:DIR, {RESULTS}:DIR "
+            f"or {RESULTS_LIVE}:DIR"
         )
     if kind in ("bfcl", RESULTS, RESULTS_LIVE) and style != "verbatim":
         raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")

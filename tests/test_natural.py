@@ -228,3 +228,40 @@ def test_live_results_never_enter_a_training_split(wheel: Path, tmp_path: Path) 
     assert len(train) == 2 and len(held_out) == 2
     ids = [c.offline.corruption["bfcl_id"] for c in train + held_out]
     assert len(set(ids)) == 4 and not any(i.startswith("live_") for i in ids)
+
+
+def test_a_harvest_writes_bfcl_result_files_the_source_reads_back(wheel: Path, tmp_path: Path) -> None:
+    """The tiny preset answers two questions zero-shot (nonsense: it is untrained): the file is in
+    BFCL's layout and format, the same model writes the same bytes, and the source reads it back."""
+    from contractrl.experiments.bfcl_harvest import HarvestConfig, harvest, messages
+    from contractrl.trainer.presets import build_tiny
+
+    model = build_tiny(tmp_path / "tiny-model", corpus=["hello world [f(a=1)]", '{"x": 2}', "ABSTAIN"] * 20)
+    config = HarvestConfig(
+        model=str(model), categories=("simple",), limit=2, max_new_tokens=6, batch_size=2, out=str(tmp_path / "h")
+    )
+    written = harvest(config)
+    path = tmp_path / "h" / "result" / "tiny-model" / "non_live" / "BFCL_v4_simple_python_result.json"
+    assert written["files"] == {"simple": {"path": str(path), "answers": 2}}
+    assert written["source"] == f"bfcl-results:{tmp_path / 'h'}"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["simple_python_0", "simple_python_1"]
+    for row in rows:
+        assert set(row) == {"id", "result", "input_token_count", "output_token_count"} and isinstance(row["result"], str)
+        assert 0 < row["output_token_count"] <= 6 and row["input_token_count"] > 100  # the functions are in the prompt
+    first = path.read_bytes()
+    harvest(config)
+    assert path.read_bytes() == first  # greedy: the same model writes the same answers
+    failures, counts = natural_failures(tmp_path / "h")
+    assert counts.answers == 2 and counts.bfcl_failed == 2 and len(failures) + sum(counts.skipped.values()) >= 2
+    prompt = messages(_bfcl_entry())
+    assert prompt[0]["role"] == "system" and '"name": "book_flight"' in prompt[0]["content"] and prompt[1]["role"] == "user"
+    with pytest.raises(ConfigError, match="cannot harvest categories"):
+        HarvestConfig(categories=("simple_java",))
+
+
+def _bfcl_entry() -> Any:
+    from contractrl.tasks.bfcl import BfclEntry, BfclFunction
+
+    question, _ = _data("simple_python", 0)
+    return BfclEntry(question["id"], tuple(question["question"]), (BfclFunction(**FUNCTION),))

@@ -21,7 +21,7 @@ from .cases import ABSTAIN, Case, OfflineCase, PublicCase
 from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
 from .natural import NaturalSource, failure_case
-from .sources import BUILTIN, SourceCall, check_source, make_source, source_families
+from .sources import BUILTIN, CallSource, SourceCall, check_source, make_source, source_families
 from .spec import ToolSpec
 
 MAX_DRAWS = 200
@@ -85,7 +85,7 @@ class CaseGenerator:
 
     def __init__(self, config: GenerateConfig) -> None:
         self.config = config
-        self.source = make_source(config.source, config.tool_families, config.request_style)
+        self.source: CallSource | NaturalSource = make_source(config.source, config.tool_families, config.request_style)
         self._compiled: dict[str, tuple[Verifier, str]] = {}
 
     def _verifier(self, spec: ToolSpec) -> tuple[Verifier, str]:
@@ -100,8 +100,11 @@ class CaseGenerator:
         family = self.config.families[index % len(self.config.families)]
         rng = random.Random(f"case:{self.config.seed}:{index}")
         rejected = 0
+        source = self.source
+        if isinstance(source, NaturalSource):  # nothing to draw: each natural failure is one case
+            raise ConfigError(f"{source.name}: natural failures are taken in the seed's order by generate_cases, not drawn")
         for draw in range(MAX_DRAWS):
-            call = self.source.draw(rng, family)
+            call = source.draw(rng, family)
             corruption = corrupt(family, call.spec, self._verifier(call.spec)[0], call.args, rng)
             if corruption is None:
                 continue
@@ -124,6 +127,7 @@ class CaseGenerator:
 
     def _build(self, index: int, draw: int, call: SourceCall, c: Corruption, rng: random.Random) -> Case | None:
         spec = call.spec
+        assert not isinstance(self.source, NaturalSource)
         request = self.source.request(call, c, rng)
         expected = self.source.expected(call, c)
         if expected is None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, ContractRLError, InputFileError
+from ..errors import ConfigError, ContractRLError, InputFileError, SchemaCompileError
 from ..validators import Verifier
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import escape_token
@@ -366,6 +366,13 @@ def _verifier(parameters: dict[str, Any], cache: dict[str, Verifier]) -> Verifie
     return cache[key]
 
 
+def _object_schema(verifier: Verifier) -> dict[str, Any]:
+    schema = verifier.schema.normalized.schema
+    if not isinstance(schema, dict):  # a boolean schema: no arguments to check or repair
+        raise SchemaCompileError("a function's parameters must be an object schema")
+    return schema
+
+
 def _answer_fails(entry: BfclEntry, calls: list[tuple[str, dict[str, Any]]], verifiers: dict[str, Verifier]) -> str:
     """BFCL's verdict where no score file is given: an error type, or "" when accepted.
 
@@ -378,7 +385,7 @@ def _answer_fails(entry: BfclEntry, calls: list[tuple[str, dict[str, Any]]], ver
         if answer is None:
             return "wrong_function"
         try:
-            schema = _verifier(entry.function(name).parameters, verifiers).schema.normalized.schema
+            schema = _object_schema(_verifier(entry.function(name).parameters, verifiers))
         except (KeyError, ContractRLError):
             return "wrong_function"
         if not bfcl_accepts(args, entry.ground_truth[answer][name], schema)[0]:
@@ -451,6 +458,7 @@ def _entry_failures(
             continue
         try:
             verifier = _verifier(function.parameters, verifiers)
+            schema = _object_schema(verifier)
         except ContractRLError:
             counts.skip("schema does not compile strictly")
             continue
@@ -461,7 +469,6 @@ def _entry_failures(
         if answer is None:
             counts.skip("function not in the possible answer")
             continue
-        schema = verifier.schema.normalized.schema
         possible = entry.ground_truth[answer][name]
         _, concrete = ground_truth_call(entry, answer)
         target = repair_target(args, concrete, possible, schema)

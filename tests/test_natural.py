@@ -5,6 +5,7 @@ and counted, bad files are refused in one line, and live results never reach a t
 from __future__ import annotations
 
 import json
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -265,3 +266,14 @@ def _bfcl_entry() -> Any:
 
     question, _ = _data("simple_python", 0)
     return BfclEntry(question["id"], tuple(question["question"]), (BfclFunction(**FUNCTION),))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_a_fifo_result_file_is_refused_without_blocking(wheel: Path, tmp_path: Path) -> None:
+    from .test_hostile_files import _outcome, _typed_one_line
+
+    folder = tmp_path / "run" / "result" / "model" / "non_live"
+    folder.mkdir(parents=True)
+    fifo = folder / "BFCL_v4_simple_python_result.json"
+    os.mkfifo(fifo)
+    _typed_one_line(_outcome(lambda: natural_failures(tmp_path / "run"), unblock=fifo), str(fifo), "FIFO")

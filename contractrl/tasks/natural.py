@@ -393,6 +393,14 @@ def _answer_fails(entry: BfclEntry, calls: list[tuple[str, dict[str, Any]]], ver
     return ""
 
 
+def _listed_name(entry: BfclEntry, name: str) -> str:
+    """The listed function a call names: function-calling models get ``math.factorial`` as
+    ``math_factorial`` (tool names cannot hold dots), and BFCL's checker maps it back."""
+    if any(f.name == name for f in entry.functions):
+        return name
+    return next((f.name for f in entry.functions if f.name.replace(".", "_") == name), name)
+
+
 def _pairs(entry: BfclEntry, calls: list[tuple[str, dict[str, Any]]]) -> list[int | None]:
     """The ground-truth index each call is paired with: the k-th call of a function with its k-th answer."""
     used: dict[str, int] = {}
@@ -431,6 +439,7 @@ def natural_failures(directory: str | Path, live: bool = False) -> tuple[list[Na
                 counts.skip("answer not decodable as calls")
                 counts.bfcl_failed += 1 if verdict is None or verdict else 0
                 continue
+            calls = [(_listed_name(entry, name), args) for name, args in calls]
             if verdict is None:
                 verdict = _answer_fails(entry, calls, verifiers)
             kept = _entry_failures(category, entry, calls, verdict, verifiers, counts)

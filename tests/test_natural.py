@@ -15,8 +15,9 @@ import pytest
 
 from contractrl.errors import ConfigError, InputFileError
 from contractrl.tasks import bfcl_wheel
+from contractrl.tasks.bfcl_results import decode_calls
 from contractrl.tasks.generate import GenerateConfig, generate_cases
-from contractrl.tasks.natural import ACCEPTED, NaturalSource, decode_calls, natural_failures
+from contractrl.tasks.natural import ACCEPTED, NaturalSource, natural_failures
 from contractrl.tasks.offline import semantic_outcome
 from contractrl.tasks.sources import check_source, source_calls, source_families
 from contractrl.validators import Budgets, RepairContract, Verifier

@@ -671,7 +671,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--source",
         default="builtin",
-        help="where valid calls come from: builtin (the tool catalog) or bfcl:DIR (BFCL questions with possible answers)",
+        help="where valid calls come from: builtin (the tool catalog), bfcl:CATEGORY or bfcl:DIR (BFCL questions with "
+        "possible answers), jsonschema:DIR, or a model's own BFCL run: bfcl-results:DIR (the verifier-rejected calls of "
+        "its non-live result files) or bfcl-results-live:DIR (its live ones, held out)",
     )
     gen.add_argument(
         "--request-style",

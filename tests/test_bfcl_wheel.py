@@ -130,6 +130,10 @@ def test_live_categories_never_enter_a_training_split() -> None:
     for category in set(bfcl_wheel.CATEGORIES) - bfcl_wheel.HELD_OUT:
         check_trainable(f"bfcl:{category}")
     check_trainable("bfcl:some/dir/live_simple")  # a directory is the user's own data, named as they like
+    # a model's BFCL run: its live result files are held out the same way (tests/test_natural.py splits one)
+    with pytest.raises(ConfigError, match=r"data\.source: bfcl-results-live:runs/m is held out"):
+        from_dict(TrainConfig, {"data": {"source": "bfcl-results-live:runs/m"}})
+    check_trainable("bfcl-results:runs/m")  # reads the non-live result files only
 
 
 def test_mixed_in_cases_join_the_training_split_only(placed: Path, tmp_path: Path) -> None:

@@ -64,9 +64,11 @@ def is_category(name: str) -> bool:
 
 
 def check_trainable(spec: str) -> None:
-    """Refuse a source spec that names a held-out category (``bfcl:live_*``) for training."""
+    """Refuse a source spec that names held-out data for training: a live category
+    (``bfcl:live_*``) or a model's live results (``bfcl-results-live:DIR``; ``bfcl-results:DIR``
+    reads only the non-live result files, :mod:`.natural`)."""
     kind, _, name = spec.partition(":")
-    if kind == "bfcl" and name in HELD_OUT:
+    if (kind == "bfcl" and name in HELD_OUT) or kind == "bfcl-results-live":
         raise ConfigError(
             f"{spec} is held out: the live categories are never trained, tuned or selected on; generate its "
             "cases with `contractrl cases generate --source " + spec + "` and evaluate on them"

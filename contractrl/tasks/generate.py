@@ -1,5 +1,5 @@
 """Seeded case generation over a source of valid calls (the built-in catalog, BFCL data or a JSON
-Schema corpus: tasks/sources.py).
+Schema corpus: tasks/sources.py), or over a model's natural failures (tasks/natural.py).
 
 Case ``i`` of a run depends only on (seed, i) and the configuration, never on the cases before it,
 so the same seed gives the same cases however the work is split. Corruption families are assigned
@@ -20,7 +20,8 @@ from ..validators.jsonvalue import canonical_json
 from .cases import ABSTAIN, Case, OfflineCase, PublicCase
 from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
-from .sources import BUILTIN, SourceCall, check_source, make_source, source_families
+from .natural import NaturalSource, failure_case
+from .sources import BUILTIN, CallSource, SourceCall, check_source, make_source, source_families
 from .spec import ToolSpec
 
 MAX_DRAWS = 200
@@ -34,7 +35,7 @@ class GenerateConfig:
     tool_families: tuple[str, ...] = TOOL_FAMILIES
     max_attempts: int = 2
     max_ops: int = 2
-    source: str = BUILTIN  # or bfcl:DIR, jsonschema:DIR
+    source: str = BUILTIN  # or bfcl:CATEGORY, bfcl:DIR, jsonschema:DIR, bfcl-results:DIR, bfcl-results-live:DIR
     request_style: str = "verbatim"  # or paraphrase (tasks/requests.py)
 
     def __post_init__(self) -> None:
@@ -84,7 +85,7 @@ class CaseGenerator:
 
     def __init__(self, config: GenerateConfig) -> None:
         self.config = config
-        self.source = make_source(config.source, config.tool_families, config.request_style)
+        self.source: CallSource | NaturalSource = make_source(config.source, config.tool_families, config.request_style)
         self._compiled: dict[str, tuple[Verifier, str]] = {}
 
     def _verifier(self, spec: ToolSpec) -> tuple[Verifier, str]:
@@ -99,8 +100,11 @@ class CaseGenerator:
         family = self.config.families[index % len(self.config.families)]
         rng = random.Random(f"case:{self.config.seed}:{index}")
         rejected = 0
+        source = self.source
+        if isinstance(source, NaturalSource):  # nothing to draw: each natural failure is one case
+            raise ConfigError(f"{source.name}: natural failures are taken in the seed's order by generate_cases, not drawn")
         for draw in range(MAX_DRAWS):
-            call = self.source.draw(rng, family)
+            call = source.draw(rng, family)
             corruption = corrupt(family, call.spec, self._verifier(call.spec)[0], call.args, rng)
             if corruption is None:
                 continue
@@ -123,6 +127,7 @@ class CaseGenerator:
 
     def _build(self, index: int, draw: int, call: SourceCall, c: Corruption, rng: random.Random) -> Case | None:
         spec = call.spec
+        assert not isinstance(self.source, NaturalSource)
         request = self.source.request(call, c, rng)
         expected = self.source.expected(call, c)
         if expected is None:
@@ -179,4 +184,33 @@ def generate_cases(
     """``config.n`` cases; ``reject`` lets a caller refuse a case (e.g. one overlapping another split)."""
     generator = CaseGenerator(config)
     indices = progress if progress is not None else range(config.n)
+    if isinstance(generator.source, NaturalSource):
+        return natural_cases(generator.source, config, reject, indices)
     return [generator.case(i, reject) for i in indices]
+
+
+def natural_cases(
+    source: NaturalSource, config: GenerateConfig, reject: Callable[[Case], bool] | None, indices: Iterable[int]
+) -> list[Case]:
+    """The first ``config.n`` natural failures of ``config.families`` in the seed's order, each used
+    once (a natural failure is one call: drawing it twice would only repeat it); those ``reject``
+    refuses are passed over. Too few failures is an error that says how many there are."""
+    pool = iter(source.ordered(config.seed, config.families))
+    out: list[Case] = []
+    rejected = 0
+    for _ in indices:
+        for failure in pool:
+            case = failure_case(failure, config.max_attempts, config.max_ops)
+            if reject is not None and reject(case):
+                rejected += 1
+                continue
+            out.append(case)
+            break
+        else:
+            have = len(source.ordered(config.seed, config.families))
+            raise ConfigError(
+                f"{source.name} has {have} natural failures of families {list(config.families)}"
+                + (f", {rejected} of them refused as overlapping the excluded case set" if rejected else "")
+                + f"; {config.n} cases were asked for"
+            )
+    return out

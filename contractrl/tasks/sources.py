@@ -8,6 +8,8 @@ executing it in the tool's sandbox. BFCL gives real function documentation, the 
 question and ground-truth calls; a repair is scored by BFCL's acceptance rule over every
 acceptable value, kept in the offline half. A JSON Schema corpus gives real schemas and valid
 instances; the request is written from the instance, and a repair must give it back exactly.
+A model's own BFCL run (``bfcl-results:DIR``) gives natural failures instead of valid calls: no
+corruption is applied, each case is a call the model really made (:mod:`.natural`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .bfcl import BfclEntry, ground_truth_call, load_bfcl_dir
 from .bfcl_wheel import category_dir, is_category
 from .catalog import make_sandbox, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, iter_leaves
+from .natural import RESULTS, RESULTS_LIVE, NaturalSource
 from .requests import REQUEST_STYLES, TOOL_OUTPUT_HEADING, render_request
 from .spec import ToolSpec
 
@@ -354,16 +357,21 @@ def check_source(spec: str, style: str = "verbatim") -> None:
     if style not in REQUEST_STYLES:
         raise ConfigError(f"unknown request style {style!r}; choose from {', '.join(REQUEST_STYLES)}")
     kind, _, directory = spec.partition(":")
-    if spec != BUILTIN and not (kind in ("bfcl", "jsonschema") and directory):
-        raise ConfigError(f"unknown case source {spec!r}; use builtin, bfcl:CATEGORY, bfcl:DIR or jsonschema:DIR")
-    if kind == "bfcl" and style != "verbatim":
+    if spec != BUILTIN and not (kind in ("bfcl", "jsonschema", RESULTS, RESULTS_LIVE) and directory):
+        raise ConfigError(
+            f"unknown case source {spec!r}; use builtin, bfcl:CATEGORY, bfcl:DIR, jsonschema:DIR, {RESULTS}:DIR "
+            f"or {RESULTS_LIVE}:DIR"
+        )
+    if kind in ("bfcl", RESULTS, RESULTS_LIVE) and style != "verbatim":
         raise ConfigError("BFCL requests are the users' own questions; request_style applies to builtin and jsonschema")
 
 
-def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbatim") -> CallSource:
+def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbatim") -> CallSource | NaturalSource:
     """``builtin``, ``bfcl:CATEGORY`` (a category of the BFCL v4 wheel, e.g. ``bfcl:live_simple``;
-    :mod:`.bfcl_wheel`), ``bfcl:DIR`` or ``jsonschema:DIR``; ``style`` is how ContractRL writes
-    requests (BFCL requests are the users' own words, so only ``verbatim`` applies there)."""
+    :mod:`.bfcl_wheel`), ``bfcl:DIR``, ``jsonschema:DIR``, or a model's BFCL run:
+    ``bfcl-results:DIR`` (its non-live result files) or ``bfcl-results-live:DIR`` (its live ones,
+    held out); ``style`` is how ContractRL writes requests (BFCL requests are the users' own
+    words, so only ``verbatim`` applies there)."""
     check_source(spec, style)
     if spec == BUILTIN:
         return BuiltinSource(tool_families, style)
@@ -372,8 +380,10 @@ def make_source(spec: str, tool_families: tuple[str, ...], style: str = "verbati
 
 
 @lru_cache(maxsize=8)
-def _imported(kind: str, directory: str, style: str) -> _ImportedSource:
+def _imported(kind: str, directory: str, style: str) -> _ImportedSource | NaturalSource:
     """Read once per process: a config check and the generator both ask for the same data."""
+    if kind in (RESULTS, RESULTS_LIVE):
+        return NaturalSource(directory, live=kind == RESULTS_LIVE)
     if kind == "bfcl" and is_category(directory):
         return BfclSource(category_dir(directory), name=f"bfcl:{directory}")
     return BfclSource(directory) if kind == "bfcl" else JsonSchemaSource(directory, style)
@@ -387,6 +397,8 @@ def source_calls(spec: str, style: str = "verbatim") -> dict[str, Any] | None:
     if spec == BUILTIN:
         return None
     source = make_source(spec, (), style)
+    if isinstance(source, NaturalSource):  # natural failures also say what share of BFCL's the verifier sees
+        return source.report()
     assert isinstance(source, _ImportedSource)
     return {"used": len(source.calls), "skipped": dict(sorted(source.skipped.items()))}
 

@@ -109,7 +109,7 @@ def mix_entry(entry: str) -> tuple[str, int]:
 
 def mix_style(source: str, style: str) -> str:
     """The request style a mixed-in source is generated in: BFCL's questions are its own words."""
-    return "verbatim" if source.partition(":")[0] == "bfcl" else style
+    return "verbatim" if source.partition(":")[0] in ("bfcl", "bfcl-results") else style
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,8 @@ class DataConfig:
     source: str = setting(
         "builtin",
         help="where valid calls come from: builtin, bfcl:CATEGORY (from the BFCL wheel; live_* are held out), "
-        "bfcl:DIR or jsonschema:DIR (docs/cases.md)",
+        "bfcl:DIR, jsonschema:DIR or bfcl-results:DIR (a model's natural failures from its non-live BFCL result "
+        "files; bfcl-results-live:DIR is held out) (docs/cases.md)",
     )
     request_style: Literal["verbatim", "paraphrase"] = setting(
         "verbatim", help="how requests state values: JSON to copy, or words to understand (docs/cases.md)"

@@ -273,7 +273,9 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
             shield_k=config.train.eval.shield_k,
             shield_enumerate=config.train.eval.shield_enumerate,
         )
-        load = functools.partial(load_model, str(Path(whole_dir).resolve()))
+        load = functools.partial(
+            load_model, str(Path(whole_dir).resolve()), cache_dir=Path(config.train.model.cache_dir).resolve()
+        )
         spec = PolicySpec(load, "constrained", sampling=sampling, name=model_label, cpu_bf16=config.train.model.cpu_bf16)
         policy: Policy = (
             ActorPolicy(spec, whole.policy_actors, num_gpus=whole.gpus_per_actor) if whole.policy_actors else spec.build()
@@ -335,7 +337,7 @@ def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, pro
         run_dir = out / arm
         if RolloutRun(run_dir).is_frozen():
             continue
-        model, tokenizer = load_model(str(model_dir.resolve()))
+        model, tokenizer = load_model(str(model_dir.resolve()), cache_dir=config.train.model.cache_dir)
         sampling = SamplingConfig(
             max_new_tokens=max_new_tokens,
             do_sample=False,

@@ -180,12 +180,11 @@ def attach_ray(address: str | None = None) -> str:
 
     import ray
 
+    from .rollout.pool import init_ray
+
     target = address or os.environ.get("RAY_ADDRESS") or None
     if not ray.is_initialized():
-        if target:
-            ray.init(address=target, log_to_driver=False)
-        else:
-            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        init_ray(target or "local")
     total = ray.cluster_resources()
     size = f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs"
     if target:

@@ -33,3 +33,9 @@ class ContractSpecError(ContractRLError):
 
 class ConfigError(ContractRLError):
     """A configuration value is missing, unknown or out of its allowed range."""
+
+
+class RayStartError(ContractRLError):
+    """Ray could not be started or joined (a start-up timeout on an overloaded machine, a cluster
+    address nobody answers at). Not the user's input as such, but the same one-line report fits:
+    what failed, where its logs are, what to try."""

@@ -184,12 +184,11 @@ def attach_ray(address: str | None = None) -> str:
 
     import ray
 
+    from .rollout.pool import init_ray
+
     target = address or os.environ.get("RAY_ADDRESS") or None
     if not ray.is_initialized():
-        if target:
-            ray.init(address=target, log_to_driver=False)
-        else:
-            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        init_ray(target or "local")
     total = ray.cluster_resources()
     size = f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs"
     if target:
@@ -277,7 +276,9 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
             shield_k=config.train.eval.shield_k,
             shield_enumerate=config.train.eval.shield_enumerate,
         )
-        load = functools.partial(load_model, str(Path(whole_dir).resolve()))
+        load = functools.partial(
+            load_model, str(Path(whole_dir).resolve()), cache_dir=Path(config.train.model.cache_dir).resolve()
+        )
         spec = PolicySpec(load, "constrained", sampling=sampling, name=model_label, cpu_bf16=config.train.model.cpu_bf16)
         policy: Policy = (
             ActorPolicy(spec, whole.policy_actors, num_gpus=whole.gpus_per_actor) if whole.policy_actors else spec.build()
@@ -339,7 +340,7 @@ def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, pro
         run_dir = out / arm
         if RolloutRun(run_dir).is_frozen():
             continue
-        model, tokenizer = load_model(str(model_dir.resolve()))
+        model, tokenizer = load_model(str(model_dir.resolve()), cache_dir=config.train.model.cache_dir)
         sampling = SamplingConfig(
             max_new_tokens=max_new_tokens,
             do_sample=False,

@@ -309,6 +309,22 @@ def test_runs_of_one_system_on_other_seeds_pool() -> None:
     assert set(frame["system"]) == {"contractrl:hf@grpo"}
 
 
+def test_an_absolute_policy_path_becomes_a_short_system_name() -> None:
+    """``--policy hf:/home/me/runs/tiny/adapter`` records the absolute path as the policy; the
+    system names it from the run directory on, the same on every machine and checkout."""
+    from contractrl.analysis.systems import policy_label
+
+    here = _grpo_variant("runs/a/eval", [True] * 2).assign(policy="/home/me/checkout/runs/tiny/adapter", stage=None)
+    there = _grpo_variant("runs/b/eval", [True] * 2, seed=1).assign(policy="/srv/ci/w/runs/tiny/adapter", stage=None)
+    assert set(with_system(pd.concat([here, there], ignore_index=True))["system"]) == {"contractrl:tiny/adapter"}
+    assert policy_label("/data/runs/tiny/stages/sft") == "tiny/stages/sft"
+    assert policy_label("/data/runs/tune/lora_rank-local/best/adapter") == "lora_rank-local/best/adapter"
+    assert policy_label("/models/qwen2.5-0.5b-instruct") == "models/qwen2.5-0.5b-instruct"
+    # names and relative paths are kept: a hub name has a slash too
+    for name in ("heuristic", "smollm2/lora-r16", "Qwen/Qwen2.5-0.5B-Instruct", "runs/tiny/adapter"):
+        assert policy_label(name) == name
+
+
 def test_run_names_keep_only_the_parts_that_differ() -> None:
     from contractrl.analysis.tables import run_names
 

@@ -263,3 +263,38 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch, capsys
     assert captured.out == ""
     assert captured.err.strip() == "contractrl run: interrupted; run the same command again to resume (finished steps are kept)"
     assert "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("address", ["", "127.0.0.1:6399"])
+def test_a_ray_start_timeout_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], address: str
+) -> None:
+    """On a loaded machine the raylet can miss Ray's start-up deadline; Ray raises a bare Exception
+    with a traceback. The command says in one line what failed and what to try."""
+    ray = pytest.importorskip("ray")
+
+    def timed_out(*args: object, **kwargs: object) -> None:
+        raise Exception(
+            "The current node timed out during startup. This could happen because some of the raylet failed "
+            "to startup or the GCS has become overloaded.\nmore detail"
+        )
+
+    monkeypatch.setattr(ray, "init", timed_out)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    if address:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    else:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cases = tmp_path / "cases"
+    assert main(["cases", "generate", "--seed", "1", "--n", "3", "--out", str(cases)]) == 0
+    capsys.readouterr()
+    argv = ["rollout", "--cases", str(cases), "--policy", "heuristic", "--workers", "1", "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("contractrl rollout: error: could not ")
+    assert "The current node timed out during startup" in err and "more detail" not in err
+    if address:
+        assert f"join the Ray cluster at {address}" in err and "check the address" in err
+    else:
+        assert "start Ray" in err and "overloaded" in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -189,4 +190,48 @@ def test_the_project_head_starts_beside_another_and_stops_alone(head: Head, tmp_
     # the other head still takes requests
     listed = subprocess.run([str(RAY), "job", "list", "--address", head.address], env=_env(), capture_output=True, timeout=120)
     assert listed.returncode == 0, listed.stderr[-2000:]
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_job_submitted_to_the_project_head_succeeds_while_another_ray_instance_runs(head: Head, tmp_path: Path) -> None:
+    """Issue 50: with another Ray instance on the machine (``head``: its own temp dir and ports),
+    a head started the documented way (cluster/local-head.sh, then ``ray job submit`` with
+    ``RAY_AUTH_MODE=token``, right after ``start`` returns) takes the job and runs it; it failed
+    with "No available agent" when the second head took Ray's default ports. The job runs on the
+    project's head, not the other one, and ``stop`` ends only the head this test started."""
+    script = REPO_ROOT / "cluster" / "local-head.sh"
+    directory = Path(tempfile.mkdtemp(prefix="crl", dir="/tmp"))  # Ray's socket paths must stay short
+    env = {**_env(), "RAY_BIN": str(RAY)}
+    cases = tmp_path / "cases"
+    try:
+        start = subprocess.run([str(script), "start", str(directory), "1"], env=env, capture_output=True, text=True, timeout=300)
+        assert start.returncode == 0, start.stderr[-2000:]
+        address = start.stdout.strip()
+        assert address == (directory / "address").read_text().strip() != head.address
+        submit = [str(RAY), "job", "submit", "--address", address, "--runtime-env", "cluster/runtime_env.yaml"]
+        submit += ["--", "python", "-m", "contractrl", "cases", "generate", "--seed", "5", "--n", "7", "--out", str(cases)]
+        job = subprocess.run(submit, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+        head_log = "".join(p.read_text(errors="replace")[-2000:] for p in sorted(directory.glob("session_*/logs/dashboard*.log")))
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:] + head_log
+        assert "succeeded" in job.stdout.lower(), job.stdout[-2000:]
+        found = re.search(r"raysubmit_\w+", job.stdout)
+        assert found is not None, job.stdout[-2000:]
+        submission = found.group()
+        mine = subprocess.run(
+            [str(RAY), "job", "list", "--address", address], env=env, capture_output=True, text=True, timeout=120
+        )
+        other = subprocess.run(
+            [str(RAY), "job", "list", "--address", head.address], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert submission in mine.stdout and submission not in other.stdout, (mine.stdout[-1000:], other.stdout[-1000:])
+        pid = int((directory / "pid").read_text())
+    finally:
+        stop = subprocess.run([str(script), "stop", str(directory)], env=env, capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    assert not _alive(pid), "the project head's `ray start --block` still runs"
+    from contractrl.tasks.store import read_public
+
+    assert len(read_public(cases)) == 7  # the job's output, read back through the verified reader
+    listed = subprocess.run([str(RAY), "job", "list", "--address", head.address], env=_env(), capture_output=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]  # the other instance still takes requests
     shutil.rmtree(directory, ignore_errors=True)

@@ -124,12 +124,14 @@ def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_c
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["rollout_digest"] == result.rollout_digest
     assert {"deepspeed", "peft", "torch"} <= set(manifest["packages"])
-    # the adapter is a peft adapter, loadable with PeftModel.from_pretrained on its base model
+    # the adapter is a peft adapter, loadable with PeftModel.from_pretrained on the base it names
+    # (here a model directory, named relative to the adapter)
     from peft import PeftModel, get_peft_model_state_dict
     from transformers import AutoModelForCausalLM
 
     adapter = Path(result.model_dir)
-    base_path = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    base_path = adapter / json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base_path.resolve() == Path(warm_model).resolve()
     loaded = get_peft_model_state_dict(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), adapter))
     final = torch.load(sorted((out / "checkpoints").glob("step-*"))[-1] / "trainable.pt")
     assert set(loaded) == set(final) and all(torch.equal(loaded[k], final[k]) for k in final)
@@ -598,3 +600,93 @@ def test_the_ranking_term_raises_the_gold_answer_above_its_negative(tmp_path: Pa
     assert gap() > before
     with pytest.raises(ConfigError, match="rank_negatives must be >= 0"):
         _config(tmp_path, model_cache, "sft.rank_negatives=-1")
+
+
+def _logits(model: Any, tokenizer: Any) -> Any:
+    ids = torch.tensor([tokenizer.encode('[{"op": "replace", "path": "/a", "value": 1}]')])
+    with torch.no_grad():
+        return model(ids).logits
+
+
+@pytest.mark.slow
+def test_saved_adapters_name_their_preset_and_load_after_the_run_moves(
+    tmp_path: Path, model_cache: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An adapter names its base by preset, source and hash (``base_model.json``), never by this
+    machine's cache path; moved with its run directory (GRPO on an SFT adapter included) or given
+    another model cache, it loads through ``load_model`` and with plain peft on the named base."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from contractrl.trainer.adapter_base import BASE_FILE, read_base
+    from contractrl.trainer.presets import load_model, model_path
+
+    job = tmp_path / "job"
+    quick = [*IN_PROCESS, "deepspeed.enabled=false", "eval.enabled=false", "wandb.mode=disabled", "sft.steps=2", "grpo.steps=1"]
+    first = train(_config(job / "sft", model_cache, *quick, "stages=[sft]"), progress=False)
+    adapter = Path(first.model_dir)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "tiny"
+    record = read_base(adapter)
+    assert record is not None and (record.kind, record.name, record.tiny["hidden_size"]) == ("preset", "tiny", 64)
+    base_dir = model_path("tiny", cache_dir=model_cache)
+    assert len(record.weights_sha256) == 64 and record.path == str(base_dir)
+    for saved in (job / "sft" / "stages" / "sft", adapter):
+        assert json.loads((saved / BASE_FILE).read_text()) == json.loads((adapter / BASE_FILE).read_text())
+    # GRPO from the SFT adapter: its base is that adapter, named relative to it
+    second = train(_config(job / "grpo", model_cache, *quick, "stages=[grpo]", f"model.name={adapter}"), progress=False)
+    chained = read_base(Path(second.model_dir))
+    assert chained is not None and (chained.kind, chained.name) == ("adapter", "../../sft/adapter")
+
+    moved = tmp_path / "elsewhere" / "job"
+    moved.parent.mkdir()
+    job.rename(moved)
+    plain = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), moved / "sft" / "adapter")
+    plain = plain.merge_and_unload().eval()
+    loaded, tokenizer = load_model(str(moved / "sft" / "adapter"), cache_dir=model_cache, device="cpu")
+    assert torch.allclose(_logits(loaded, tokenizer), _logits(plain, tokenizer), atol=1e-5)
+    both = PeftModel.from_pretrained(plain, moved / "grpo" / "adapter").merge_and_unload().eval()
+    loaded, _ = load_model(str(moved / "grpo" / "adapter"), cache_dir=model_cache, device="cpu")
+    assert torch.allclose(_logits(loaded, tokenizer), _logits(both, tokenizer), atol=1e-5)
+
+    # on another machine the recorded cache path is gone and the model cache empty: built there
+    fresh = tmp_path / "fresh"
+    record_file = moved / "sft" / "adapter" / BASE_FILE
+    saved_record = json.loads(record_file.read_text())
+    record_file.write_text(json.dumps({**saved_record, "path": "/gone/runs/models/tiny-h64-l2-s0"}))
+    loaded, _ = load_model(str(moved / "sft" / "adapter"), cache_dir=fresh, device="cpu")
+    assert torch.allclose(_logits(loaded, tokenizer), _logits(plain, tokenizer), atol=1e-5)
+    assert (fresh / base_dir.name / "config.json").is_file()
+    # a base whose weights differ from the ones trained on loads, with a warning that says so
+    record_file.write_text(json.dumps({**saved_record, "weights_sha256": "0" * 64}))
+    with caplog.at_level("WARNING"):
+        load_model(str(moved / "sft" / "adapter"), cache_dir=model_cache, device="cpu")
+    assert "differs from the one the adapter" in caplog.text
+
+    # an adapter saved before base_model.json: its absolute base path loads while it exists, and a
+    # preset cache directory that is gone is rebuilt from its name in this machine's cache
+    legacy = moved / "sft" / "stages" / "sft"
+    (legacy / BASE_FILE).unlink()
+    config_file = legacy / "adapter_config.json"
+    for base_name, cache in ((str(base_dir), model_cache), ("/gone/runs/models/tiny-h64-l2-s0", str(fresh))):
+        config_file.write_text(json.dumps({**config, "base_model_name_or_path": base_name}))
+        loaded, _ = load_model(str(legacy), cache_dir=cache, device="cpu")
+        assert torch.allclose(_logits(loaded, tokenizer), _logits(plain, tokenizer), atol=1e-5)
+
+
+def test_a_malformed_base_model_record_is_a_config_error(tmp_path: Path) -> None:
+    from contractrl.trainer.adapter_base import BASE_FILE, base_spec
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    for text, match in [
+        ("{", "not a base model record"),
+        ('{"kind": "preset", "name": "tiny"}', "expected the keys"),
+        ('{"kind": "pickle", "name": "x", "path": ""}', "kind must be one of"),
+        ('{"kind": "preset", "name": "huge", "path": ""}', "unknown preset 'huge'"),
+        ('{"kind": "preset", "name": "tiny", "path": "", "tiny": {"hidden_size": "64"}}', "map sizes to integers"),
+        ('{"kind": "adapter", "name": "../nowhere", "path": "/nowhere"}', "at neither"),
+    ]:
+        (adapter / BASE_FILE).write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            base_spec(adapter, tmp_path / "cache")

@@ -27,7 +27,8 @@ def with_system(frame: pd.DataFrame) -> pd.DataFrame:
     """
     out = frame.copy()
     stage = out["stage"].fillna("")
-    out["system"] = out["arm"] + ":" + out["policy"] + np.where(stage != "", "@" + stage, "")
+    policy = out["policy"].map(policy_label)
+    out["system"] = out["arm"] + ":" + policy + np.where(stage != "", "@" + stage, "")
     if "run" not in out.columns:
         return out
     unit = [c for c in _EPISODE_UNIT if c in out.columns]
@@ -36,6 +37,24 @@ def with_system(frame: pd.DataFrame) -> pd.DataFrame:
             names = run_names(sorted(rows["run"].unique()))
             out.loc[rows.index, "system"] = system + " [" + rows["run"].map(names) + "]"
     return out
+
+
+# the directories a training run keeps its weights in (docs/training.md), and the sweep's best link
+_WEIGHT_DIRS = ("adapter", "model", "stages", "best")
+
+
+def policy_label(policy: str) -> str:
+    """The policy as a system names it. ``--policy hf:/home/me/runs/tiny/adapter`` records the
+    absolute path, which differs per machine and checkout; it becomes the path from the run
+    directory on (``tiny/adapter``, ``tiny/stages/sft``), or its last two parts. Names (a preset,
+    a hub name, ``heuristic``) and relative paths stay as they are."""
+    path = PurePath(policy)
+    if not path.is_absolute():
+        return policy
+    parts = path.parts[1:]
+    cut = next((i for i, part in enumerate(parts) if part in _WEIGHT_DIRS and i > 0), max(len(parts) - 2, 0))
+    start = max(cut - 1, 0) if parts[cut] in _WEIGHT_DIRS else cut
+    return "/".join(parts[start:]) or policy
 
 
 def run_names(runs: Sequence[str]) -> dict[str, str]:
@@ -48,4 +67,4 @@ def run_names(runs: Sequence[str]) -> dict[str, str]:
     return {run: "/".join(p[head : len(p) - tail]) or run for run, p in zip(runs, parts, strict=True)}
 
 
-__all__ = ["run_names", "with_system"]
+__all__ = ["policy_label", "run_names", "with_system"]

@@ -204,7 +204,7 @@ def transfer_study(
         )
         cases = generate_cases(case_config)
         write_case_set(cases, fold / "cases" / "heldout", case_config.to_dict())
-        model, tokenizer = load_model(result.model_dir)
+        model, tokenizer = load_model(result.model_dir, cache_dir=config.model.cache_dir)
         arm = config.grpo.arm
 
         def make_policy(feedback: str, model: Any = model, tokenizer: Any = tokenizer, arm: str = arm) -> Policy:

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RayStartError
 from .worker import EpisodeWorker, StepOutcome
 
 
@@ -22,9 +22,32 @@ def ensure_ray(num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)
+        init_ray(None)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        init_ray(None, num_cpus=num_cpus, include_dashboard=False)
+
+
+def init_ray(address: str | None, **options: Any) -> None:
+    """``ray.init`` that fails with one line instead of Ray's traceback: on a loaded machine the
+    raylet may miss Ray's start-up deadline ("The current node timed out during startup"), and a
+    cluster address may not answer. ``address`` ``local`` starts an instance of this process's own
+    (no dashboard); ``None`` lets Ray read ``RAY_ADDRESS``; else it is the cluster to join."""
+    import ray
+
+    if address == "local":
+        options = {"include_dashboard": False, **options}
+    try:
+        ray.init(address=address, log_to_driver=False, **options)
+    except Exception as exc:  # Ray raises bare Exception, RuntimeError or ConnectionError here
+        cluster = address or os.environ.get("RAY_ADDRESS")
+        where = f"join the Ray cluster at {cluster}" if cluster and address != "local" else "start Ray"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        hint = (
+            "check the address and that the head runs"
+            if cluster and address != "local"
+            else "the machine may be overloaded: run the command again when it is quieter; Ray's logs are under /tmp/ray"
+        )
+        raise RayStartError(f"could not {where}: {first} ({hint})") from exc
 
 
 class RayPool:

@@ -22,10 +22,11 @@ from typing import Any, TypeVar
 from ..rollout.cpu import compute_context, product_dtype, release_memory
 from ..rollout.hf_policy import HFPolicy, SamplingConfig
 from ..rollout.policies import Generation, Observation
+from .adapter_base import describe_base, write_base
 from .config import TrainConfig
 from .engine import DeepSpeedEngine, TorchEngine, TrainEngine
 from .grpo import PolicySample, clipped_policy_loss
-from .presets import load_model
+from .presets import load_model, model_path
 from .ranking import SftExample
 
 T = TypeVar("T")
@@ -77,6 +78,9 @@ class Learner:
         base, self.tokenizer = load_model(
             model_cfg.name, cache_dir=model_cfg.cache_dir, device=self.device, tiny=config.tiny, dtype=model_cfg.dtype
         )
+        # named in every adapter this learner saves (base_model.json), instead of a cache path
+        self._base_spec = model_cfg.name
+        self._base_path = model_path(model_cfg.name, cache_dir=model_cfg.cache_dir, tiny=config.tiny)
         if model_cfg.gradient_checkpointing:
             base.gradient_checkpointing_enable()
         self.model = self._wrap_lora(base)
@@ -350,10 +354,14 @@ class Learner:
         torch.set_rng_state(state["rng"]["torch"])
 
     def save_pretrained(self, directory: str | Path) -> str:
-        """The adapter in peft format (load with ``PeftModel.from_pretrained``), or the full model."""
+        """The adapter in peft format (load with ``PeftModel.from_pretrained``), or the full model. An
+        adapter names its base by preset, source and hash (``base_model.json``), not by the path of
+        this machine's model cache."""
         out = Path(directory)
         self.model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
+        if hasattr(self.model, "peft_config"):
+            write_base(out, describe_base(self._base_spec, self._base_path, self.config.tiny))
         return str(out)
 
 

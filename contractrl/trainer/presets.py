@@ -179,7 +179,7 @@ def load_model(
     tokenizer = load_tokenizer(path)
     try:
         if isinstance(path, Path) and is_adapter(path):
-            model = _merged_adapter(path, torch_dtype).to(device)
+            model = _merged_adapter(path, torch_dtype, cache_dir).to(device)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
     except OSError as exc:
@@ -196,33 +196,38 @@ def is_adapter(path: Path) -> bool:
     return (path / "adapter_config.json").is_file()
 
 
-def _merged_adapter(path: Path, torch_dtype: Any, seen: tuple[Path, ...] = ()) -> Any:
+def _merged_adapter(path: Path, torch_dtype: Any, cache_dir: str | Path | None = None, seen: tuple[Path, ...] = ()) -> Any:
     """The adapter at ``path`` merged into its base model, itself loaded the same way when it is an
     adapter too: GRPO started from ``RUN/stages/sft`` trains a fresh adapter on the merged SFT
     policy, and that adapter alone, on the raw base, would be a policy that never saw SFT.
 
+    The base comes from the adapter's ``base_model.json`` (:mod:`.adapter_base`): a preset is found
+    or built in ``cache_dir``, so an adapter loads on any machine and after its run directory moved.
+
     Merged for inference: one matmul per projection instead of base + adapter. The returned model's
     ``name_or_path`` is ``path`` itself, so an adapter trained on top of it records this adapter as
-    its base (peft copies that name into ``adapter_config.json``) and loads back with it.
+    its base and loads back with it.
     """
+    import logging
+
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
+
+    from .adapter_base import base_spec, weights_sha256
 
     here = path.resolve()
     if here in seen or len(seen) >= MAX_ADAPTER_CHAIN:
         chain = " -> ".join(str(p) for p in (*seen, here))
         raise ConfigError(f"adapter chain too long or circular ({chain}): each adapter_config.json names its base")
-    try:
-        base_name = json.loads((here / "adapter_config.json").read_text(encoding="utf-8"))["base_model_name_or_path"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{here / 'adapter_config.json'} does not name its base model: {exc}") from exc
-    if not isinstance(base_name, str) or not base_name:
-        raise ConfigError(f"{here / 'adapter_config.json'} does not name its base model")
-    base_path = Path(base_name)
-    if base_path.is_dir() and is_adapter(base_path):
-        base = _merged_adapter(base_path, torch_dtype, (*seen, here))
+    base_path, expected_sha256 = base_spec(here, cache_dir)
+    if isinstance(base_path, Path) and is_adapter(base_path):
+        base = _merged_adapter(base_path, torch_dtype, cache_dir, (*seen, here))
     else:
-        base = AutoModelForCausalLM.from_pretrained(base_name, dtype=torch_dtype)
+        if expected_sha256 and isinstance(base_path, Path) and weights_sha256(base_path) not in ("", expected_sha256):
+            logging.getLogger(__name__).warning(
+                "the base model at %s differs from the one the adapter %s was trained on (weights SHA-256)", base_path, here
+            )
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
     model = PeftModel.from_pretrained(base, here).merge_and_unload()
     model.name_or_path = str(here)
     return model

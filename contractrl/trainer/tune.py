@@ -315,10 +315,9 @@ def run_sweep(sweep: SweepConfig, base: dict[str, Any], *, resume: bool = False)
     if not ray.is_initialized():
         # a cluster only under RAY_ADDRESS (which `ray job submit` sets), never the head someone last
         # started on this machine, which is what ray.init() without an address would join
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(log_to_driver=False)
-        else:
-            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        from ..rollout.pool import init_ray
+
+        init_ray(None if os.environ.get("RAY_ADDRESS") else "local")
     check_capacity(sweep, base, ray_capacity())
     if not resume:
         save_sweep(sweep, base)

@@ -176,6 +176,22 @@ def test_argument_text_is_parsed_strictly_and_a_bad_text_is_refused_with_its_cod
     assert row["code"] == code and row["received"] == text and row["dispatched"] is None
 
 
+def test_arguments_that_are_no_json_value_are_refused_before_any_policy_sees_them(tmp_path: Path) -> None:
+    policy = Scripted([])
+    gate = _gate(tmp_path, policy)
+    for arguments in ({"city": {"Oslo"}, "days": 3}, {"city": "Oslo", "days": float("nan")}, b'{"city": "Oslo", "days": 3}'):
+        decision = gate.repair({"name": "forecast", "arguments": arguments})
+        if isinstance(arguments, bytes):  # bytes are text: parsed strictly like a string
+            assert isinstance(decision, Dispatch)
+        else:
+            assert isinstance(decision, Refusal) and decision.code == "malformed_json"
+    assert policy.calls == 0
+    gate.close()
+    rows = read_ledger(tmp_path / "ledger", require_frozen=False)
+    assert rows[0]["received"] == "<not a JSON value: dict>" and rows[2]["received"] == '{"city": "Oslo", "days": 3}'
+    gate.close()  # closing twice is harmless
+
+
 # -- decisions ------------------------------------------------------------------------------------
 
 

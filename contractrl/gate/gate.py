@@ -117,6 +117,7 @@ class RepairGate:
         self._sequence = itertools.count(self._writer.count)
         self._policy_lock = threading.Lock()
         self._ledger_lock = threading.Lock()
+        self._closed = False
 
     def _open_ledger(self, shard_rows: int) -> None:
         manifest = read_manifest(self.ledger_dir)
@@ -199,6 +200,14 @@ class RepairGate:
                 case = self._case(call, request, tool, None, VerifierReport.single(text.code, text.message))
                 return _Outcome(case, EpisodeLog(), text.code.value, f"the arguments are not strict JSON: {text.message}")
             arguments = text.value
+        else:
+            try:
+                canonical_json(arguments)
+            except (TypeError, ValueError, RecursionError) as exc:  # a set, NaN, a cycle: nothing a policy should see
+                case = self._case(call, request, tool, None, VerifierReport.single(Code.MALFORMED_JSON, str(exc)))
+                return _Outcome(
+                    case, EpisodeLog(), Code.MALFORMED_JSON.value, f"the arguments are not a JSON value: {_one_line(exc)}"
+                )
         case = self._case(call, request, tool, arguments, tool.verifier.verify(arguments))
         env = RepairEnv(case, arm=self.arm)
         state = env.reset()
@@ -285,18 +294,22 @@ class RepairGate:
         """Flush and release the ledger; with ``freeze`` also seal it and return ``ledger_sha256``.
         Later calls to :meth:`repair` raise (the writer refuses rows once closed)."""
         with self._ledger_lock:
+            if self._closed:
+                return None
+            self._closed = True
             if freeze:
                 return self._writer.freeze()
-            self._writer.flush()
-            self._writer.close()
+            try:
+                self._writer.flush()
+            finally:
+                self._writer.close()
             return None
 
     def __enter__(self) -> RepairGate:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._writer._lock.held:
-            self.close()
+        self.close()
 
 
 def _one_line(exc: BaseException) -> str:

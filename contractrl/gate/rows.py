@@ -22,6 +22,8 @@ def received_text(arguments: Any) -> str:
     """The arguments as the caller sent them, as text the ledger can hold (bounded)."""
     if isinstance(arguments, str):
         text = arguments
+    elif isinstance(arguments, bytes):
+        text = arguments.decode("utf-8", "backslashreplace")
     else:
         try:
             text = canonical_json(arguments)

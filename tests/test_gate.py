@@ -26,7 +26,7 @@ from contractrl.errors import ConfigError, ContractRLError, ContractSpecError, S
 from contractrl.gate import Dispatch, GateBudgets, Refusal, RepairGate, ToolCall, builtin_tool, parse_tools
 from contractrl.gate import gate as gate_module
 from contractrl.rollout.env import RepairEnv
-from contractrl.rollout.ledger import read_ledger, scan_ledger
+from contractrl.rollout.ledger import LedgerFrozenError, read_ledger, scan_ledger
 from contractrl.rollout.policies import Generation, Observation
 from contractrl.tasks.cases import ABSTAIN
 from contractrl.tasks.generate import CaseGenerator, GenerateConfig
@@ -190,6 +190,8 @@ def test_arguments_that_are_no_json_value_are_refused_before_any_policy_sees_the
     rows = read_ledger(tmp_path / "ledger", require_frozen=False)
     assert rows[0]["received"] == "<not a JSON value: dict>" and rows[2]["received"] == '{"city": "Oslo", "days": 3}'
     gate.close()  # closing twice is harmless
+    with pytest.raises(LedgerFrozenError):  # a decision that could not be recorded is not made
+        gate.repair({"name": "forecast", "arguments": VALID})
 
 
 # -- decisions ------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..rollout.env import EpisodeLog, RepairEnv
-from ..rollout.ledger import LedgerWriter, read_manifest
+from ..rollout.ledger import LedgerFrozenError, LedgerWriter, read_manifest
 from ..rollout.policies import Observation, Policy
 from ..rollout.run import new_manifest, write_manifest
 from ..tasks.arms import ARMS
@@ -137,8 +137,11 @@ class RepairGate:
         """Dispatch ``call`` (valid, or repaired until the verifier accepts it) or refuse it.
 
         A call without a tool name, or a request that is not a string, raises a typed
-        :class:`ConfigError` and records nothing: there is no decision to make about it."""
+        :class:`ConfigError` and records nothing: there is no decision to make about it. After
+        :meth:`close` every call raises :class:`LedgerFrozenError` (no decision goes unrecorded)."""
         start = time.perf_counter()
+        if self._closed:
+            raise LedgerFrozenError(f"the gate's ledger {self.ledger_dir} is closed; build a new gate to go on")
         parsed = parse_call(call)
         if request is not None and not isinstance(request, str):
             raise ConfigError(f"a request must be a string, got {type(request).__name__}")

@@ -594,3 +594,50 @@ def test_the_quickstart_example_runs(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert lines[0].startswith("dispatch (repaired=False)") and lines[1].startswith("dispatch (repaired=True)")
     assert lines[2].startswith("refusal unknown_tool") and "3 rows" in lines[3]
     assert len(read_ledger(tmp_path / "ledger")) == 3
+
+
+@pytest.mark.slow
+def test_a_selector_directory_behind_the_gate_is_fail_closed(tmp_path: Path) -> None:
+    """``selector:DIR`` through the rollout spec path: a selector saved as ``train-selector`` saves
+    one (untrained weights: the features and the mask alone) decides catalog calls; whatever it
+    chooses, a dispatch passes the verifier on the other backend and every call has its row."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from contractrl.selector.features import CANDIDATE_FEATURES, STATE_FEATURES
+    from contractrl.selector.module import SelectorModule
+    from contractrl.selector.policy import save_selector
+
+    size = 8
+    torch.manual_seed(0)
+    spaces = gym.spaces.Dict(
+        {
+            "observations": gym.spaces.Box(0.0, 1.0, (len(STATE_FEATURES),), np.float32),
+            "candidates": gym.spaces.Box(0.0, 1.0, (size, len(CANDIDATE_FEATURES)), np.float32),
+            "action_mask": gym.spaces.Box(0.0, 1.0, (size,), np.float32),
+        }
+    )
+    module = SelectorModule(observation_space=spaces, action_space=gym.spaces.Discrete(size), model_config={"hidden": 16})
+    save_selector(module, tmp_path / "selector", size)
+    cases = _catalog_cases()[:26]
+    tools = {c.public.tool: c.public for c in cases}
+    gate = RepairGate(
+        {name: p.schema for name, p in tools.items()},
+        f"selector:{tmp_path / 'selector'}",
+        contracts={name: p.contract for name, p in tools.items()},
+        immutable={name: list(p.immutable) for name, p in tools.items()},
+        ledger=tmp_path / "ledger",
+    )
+    decisions = [gate.repair({"name": c.public.tool, "arguments": c.public.candidate}, c.public.request) for c in cases]
+    repaired = 0
+    for case, decision in zip(cases, decisions, strict=True):
+        if isinstance(decision, Dispatch):
+            public = case.public
+            checker = Verifier.build(public.schema, load_contract(public.contract), backend="python")
+            assert checker.verify(decision.call.arguments).accepted
+            repaired += decision.repaired
+    gate.close(freeze=True)
+    rows = read_ledger(tmp_path / "ledger")
+    assert len(rows) == len(cases) and {r["policy"] for r in rows} == {f"selector:{tmp_path / 'selector'}"}
+    assert repaired > 0  # the candidates it chooses among are real repairs

@@ -207,13 +207,13 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         replay = ReplayPolicy({case_id: [answer(off)] for case_id, off in read_offline(cases_dir).items()})
         return lambda feedback: replay
     if spec.startswith("hf:"):
+        from .gate.policy import hf_model_target
         from .rollout.hf_policy import HFPolicy, SamplingConfig
         from .rollout.policy_pool import ActorPolicy, PolicySpec
-        from .trainer.presets import PRESETS, load_model
+        from .trainer.presets import load_model
 
-        preset = spec.removeprefix("hf:")
         # absolute paths, so an actor whose working directory differs finds (or builds) the same files
-        target = preset if preset in PRESETS else f"hf:{Path(preset).resolve()}" if Path(preset).exists() else spec
+        target, preset = hf_model_target(spec)
         load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
         if args.policy_actors < 0 or args.gpus_per_actor < 0:
             raise ConfigError("--policy-actors and --gpus-per-actor must be >= 0")

@@ -16,6 +16,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"rollout"}),
     frozenset({"evidence"}),
     frozenset({"trainer", "selector"}),  # the two trainers: the LM (SFT, GRPO) and the selector (PPO)
+    frozenset({"gate"}),  # the runtime repair gate: serves what the trainers produced
     frozenset({"analysis"}),
     frozenset({"experiments"}),
     frozenset({"pipeline"}),

@@ -69,7 +69,7 @@ MANIFEST = "manifest.json"
 LEDGER_FORMAT = 2
 KEY_ENV = "CONTRACTRL_LEDGER_KEY"
 # Wall-clock timings: recorded per row, never chained, stored and hashed in the timing files.
-TIMING_FIELDS = frozenset({"wall_s", "gen_s"})
+TIMING_FIELDS = frozenset({"wall_s", "gen_s", "latency_s"})
 UNHASHED_FIELDS = TIMING_FIELDS | {"row_hash", "prev_hash"}
 # The row's columns that hold JSON documents. A shard stores them as canonical JSON text (one arrow
 # type whatever the document); read_ledger and decode_row give them back as values, so code above

@@ -39,7 +39,7 @@ class RecordingSandbox:
         return RecordingSandbox(self.seed)
 
 
-IMPORTED_TOOL_FAMILIES: tuple[str, ...] = ("bfcl", "jsonschema")
+IMPORTED_TOOL_FAMILIES: tuple[str, ...] = ("bfcl", "jsonschema", "gate")  # gate: calls a RepairGate guards
 _SANDBOXES.update({family: RecordingSandbox for family in IMPORTED_TOOL_FAMILIES})
 
 

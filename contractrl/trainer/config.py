@@ -57,14 +57,18 @@ class LoraConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     """``name``: ``tiny`` (built locally; cannot learn the task, shows the mechanics), ``smollm2``
-    (SmolLM2-135M-Instruct from a PyPI wheel, no hub needed), ``hf:<hub name or path>`` or a model
-    directory.
+    (SmolLM2-135M-Instruct from a PyPI wheel, no hub needed), ``qwen2.5-coder-0.5b`` and
+    ``qwen2.5-coder-1.5b`` (the larger rungs, from chunk wheels), ``hf:<hub name or path>`` or a
+    model directory.
 
     ``hidden_size`` and ``layers`` size the ``tiny`` preset (the scaling sweep varies them); they
     are ignored for real models.
     """
 
-    name: str = setting("smollm2", help="tiny, smollm2, hf:<hub name or path>, or a model directory")
+    name: str = setting(
+        "smollm2",
+        help="tiny, smollm2, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, hf:<hub name or path>, or a model directory",
+    )
     hidden_size: int = setting(64, help="tiny preset only: hidden width (the scaling sweep varies it)")
     layers: int = setting(2, help="tiny preset only: transformer layers")
     cache_dir: str = setting("runs/models", help="where presets are built once and cached")

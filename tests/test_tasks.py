@@ -18,11 +18,11 @@ from contractrl.cli import main
 from contractrl.errors import ConfigError
 from contractrl.rollout.policies import argument_labels, request_values
 from contractrl.tasks.audit import OverlapIndex, audit, fingerprints
-from contractrl.tasks.cases import Case, PublicCase
+from contractrl.tasks.cases import Case, PublicCase, cluster_key
 from contractrl.tasks.catalog import TOOL_FAMILIES, all_tools, get_tool, make_sandbox
 from contractrl.tasks.contrast import CONTRAST_FORMS, CONTRAST_SUFFIX, contrast_case, contrast_cases
 from contractrl.tasks.corruptions import ABSTAIN_FAMILIES, CORRUPTION_FAMILIES
-from contractrl.tasks.generate import GenerateConfig, cluster_key, generate_cases
+from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.offline import read_cases, semantic_outcome
 from contractrl.tasks.requests import add_clause, paraphrase_value, parse_request, read_value, render_request
 from contractrl.validators import Budgets, Code, RepairContract, Verifier, load_contract

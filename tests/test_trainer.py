@@ -675,7 +675,8 @@ def test_saved_adapters_name_their_preset_and_load_after_the_run_moves(
 
 
 def test_a_malformed_base_model_record_is_a_config_error(tmp_path: Path) -> None:
-    from contractrl.trainer.adapter_base import BASE_FILE, base_spec
+    from contractrl.trainer.adapter_base import BASE_FILE
+    from contractrl.trainer.presets import base_spec
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()

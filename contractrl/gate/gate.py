@@ -226,15 +226,7 @@ class RepairGate:
                     raise TypeError(f"the policy answered {type(text).__name__}, not text")
             except Exception as exc:  # nothing a failing policy produced is trusted
                 return _Outcome(case, env.log, POLICY_ERROR, _one_line(exc))
-            state, _ = env.step(
-                text,
-                finish_reason=generation.finish_reason,
-                generated_tokens=generation.generated_tokens,
-                prompt_tokens=generation.prompt_tokens,
-                logprob=sum(generation.logprobs) if generation.logprobs else None,
-                gen_s=generation.gen_s,
-                probes=generation.probes,
-            )
+            state, _ = env.commit(generation)
             spent += generation.generated_tokens
         repaired = bool(env.log.steps)
         final = env.log.dispatched if repaired else (arguments if state.outcome is Code.ACCEPTED else None)

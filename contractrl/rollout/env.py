@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..tasks.arms import ARMS, WHOLE_OBJECT_ARMS
@@ -23,6 +23,9 @@ from ..tasks.catalog import make_sandbox
 from ..validators import Budgets, Code, PublicState, RepairContract, Verifier, VerifierReport, load_contract
 from ..validators.attempts import consumes_attempt
 from ..validators.codes import PATCH_CODES
+
+if TYPE_CHECKING:
+    from .policies import Generation
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,18 @@ class RepairEnv:
         )
         self.log.steps.append(record)
         return self.state, record
+
+    def commit(self, generation: Generation) -> tuple[PublicState, StepRecord]:
+        """:meth:`step` on a policy's generation, its accounting carried into the step record."""
+        return self.step(
+            generation.text,
+            finish_reason=generation.finish_reason,
+            generated_tokens=generation.generated_tokens,
+            prompt_tokens=generation.prompt_tokens,
+            logprob=sum(generation.logprobs) if generation.logprobs else None,
+            gen_s=generation.gen_s,
+            probes=generation.probes,
+        )
 
     @property
     def done(self) -> bool:

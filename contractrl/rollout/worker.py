@@ -52,15 +52,7 @@ class EpisodeWorker:
         out = []
         for key, gen in batch:
             env = self._envs[key]
-            state, _ = env.step(
-                gen.text,
-                finish_reason=gen.finish_reason,
-                generated_tokens=gen.generated_tokens,
-                prompt_tokens=gen.prompt_tokens,
-                logprob=sum(gen.logprobs) if gen.logprobs else None,
-                gen_s=gen.gen_s,
-                probes=gen.probes,
-            )
+            state, _ = env.commit(gen)
             out.append(StepOutcome(key, state, self._row(key) if env.done else None))
         return out
 

@@ -8,6 +8,7 @@ holds the canonical target, the gold patch and the expected semantic outcome. Th
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -129,3 +130,11 @@ class Case:
 
     public: PublicCase
     offline: OfflineCase
+
+
+def cluster_key(tool: str, target: Any, candidate: Any) -> str:
+    """The split audit's semantic cluster: the cases of one tool that end in the same object (or,
+    where the answer is ABSTAIN, start from the same call) are one cluster whatever their families,
+    so the audit can keep them on one side of a split. Contrast twins are keyed by it too."""
+    key = canonical_json([tool, target if target is not None else [ABSTAIN, candidate]])
+    return "k" + hashlib.sha256(key.encode()).hexdigest()[:15]

@@ -31,9 +31,8 @@ from collections.abc import Sequence
 from ..errors import ConfigError
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import format_pointer
-from .cases import Case, OfflineCase
+from .cases import Case, OfflineCase, cluster_key
 from .catalog import get_tool
-from .generate import cluster_key
 from .requests import add_clause
 from .sources import sandbox_expected
 

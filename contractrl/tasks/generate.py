@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..validators import Verifier, load_contract
 from ..validators.jsonvalue import canonical_json
-from .cases import ABSTAIN, Case, OfflineCase, PublicCase
+from .cases import ABSTAIN, Case, OfflineCase, PublicCase, cluster_key
 from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
 from .natural import NaturalSource, failure_case
@@ -71,13 +71,6 @@ class GenerateConfig:
 
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()
-
-
-def cluster_key(tool: str, target: Any, candidate: Any) -> str:
-    """The split audit's semantic cluster: the cases of one tool that end in the same object (or,
-    where the answer is ABSTAIN, start from the same call) are one cluster whatever their families,
-    so the audit can keep them on one side of a split. Contrast twins are keyed by it too."""
-    return "k" + _digest(tool, target if target is not None else [ABSTAIN, candidate])[:15]
 
 
 class CaseGenerator:

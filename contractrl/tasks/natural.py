@@ -35,7 +35,7 @@ from ..validators.pointer import escape_token
 from .bfcl import BfclEntry, bfcl_accepts, ground_truth_call, load_bfcl
 from .bfcl_results import DecodeError, decode_calls, find_result_files, read_results, read_scores
 from .bfcl_wheel import CATEGORIES, category_dir
-from .cases import Case, OfflineCase, PublicCase
+from .cases import Case, OfflineCase, PublicCase, cluster_key
 
 RESULTS = "bfcl-results"
 RESULTS_LIVE = "bfcl-results-live"
@@ -338,7 +338,6 @@ def failure_case(failure: NaturalFailure, max_attempts: int, max_ops: int) -> Ca
         max_ops=max(max_ops, len(patch)),
         world_seed=int(digest[16:23], 16),
     )
-    from .generate import cluster_key  # generate imports this module's source
 
     offline = OfflineCase(
         case_id=case_id,

@@ -10,7 +10,7 @@ trained on. ``adapter_config.json`` then names the preset
 (``"base_model_name_or_path": "smollm2"``), so a reader sees the name; plain
 ``PeftModel.from_pretrained(base, ADAPTER)`` ignores that field and still loads, given the base
 (``docs/training.md`` shows how). The project's loader resolves the record through the model cache,
-building the preset there when it is missing (:func:`base_spec`).
+building the preset there when it is missing (:func:`contractrl.trainer.presets.base_spec`).
 
 Adapters saved before this file existed still load: their absolute path is used when it exists,
 and a preset cache directory that is gone is recognised by its name and rebuilt.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,6 @@ ADAPTER_CONFIG = "adapter_config.json"
 # another adapter (GRPO started from ``RUN/stages/sft`` trains a fresh adapter on the merged SFT one)
 KINDS = ("preset", "hub", "directory", "adapter")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-_TINY_DIR = re.compile(r"tiny-h(\d+)-l(\d+)-s(\d+)")
 
 
 @dataclass(frozen=True)
@@ -86,10 +84,13 @@ def _file_sha256(file: Path) -> str:
     return _HASHES[key]
 
 
+def is_adapter(path: Path) -> bool:
+    """Whether ``path`` holds a peft adapter (which names its base model) rather than whole weights."""
+    return (path / ADAPTER_CONFIG).is_file()
+
+
 def describe_base(spec: str, resolved: Path | str, tiny: Any = None) -> BaseModelRecord:
     """The record of the model a learner loaded from ``spec`` (``model.name``), found at ``resolved``."""
-    from .presets import is_adapter
-
     if spec == "tiny":
         sizes = asdict(tiny) if tiny is not None else None
         source = "built locally by contractrl.trainer.presets.build_tiny from its sizes and seed"
@@ -149,81 +150,13 @@ def read_base(adapter_dir: Path) -> BaseModelRecord | None:
     return BaseModelRecord(**raw)
 
 
-def base_spec(adapter_dir: Path, cache_dir: str | Path | None) -> tuple[Path | str, str]:
-    """Where the base of the adapter at ``adapter_dir`` is on this machine (a directory, built in
-    the model cache for a preset, or a hub name), and the weights SHA-256 it should have ('' when
-    unknown). Reads ``base_model.json``, else the legacy ``base_model_name_or_path``."""
-    record = read_base(adapter_dir)
-    if record is None:
-        return _legacy_base(adapter_dir, cache_dir), ""
-    if record.kind == "preset":
-        # this machine's cache first; the path it was trained from when that still exists (the same
-        # machine, another model.cache_dir); else built in the cache
-        cached = _preset_dir(record.name, record.tiny, cache_dir, adapter_dir, build=False)
-        if not (cached / "config.json").is_file() and (Path(record.path) / "config.json").is_file():
-            return Path(record.path), record.weights_sha256
-        return _preset_dir(record.name, record.tiny, cache_dir, adapter_dir), record.weights_sha256
-    if record.kind == "hub":
-        return record.name, ""
-    for candidate in ((adapter_dir / record.name), Path(record.path)):
-        if candidate.is_dir():
-            return candidate.resolve(), record.weights_sha256
-    raise ConfigError(
-        f"the base {record.kind} of the adapter {adapter_dir} is at neither {adapter_dir / record.name} nor {record.path}"
-    )
-
-
-def _legacy_base(adapter_dir: Path, cache_dir: str | Path | None) -> Path | str:
-    file = adapter_dir / ADAPTER_CONFIG
-    try:
-        name = json.loads(file.read_text(encoding="utf-8"))["base_model_name_or_path"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{file} does not name its base model: {exc}") from exc
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{file} does not name its base model")
-    from .presets import PRESETS
-
-    if name in PRESETS:
-        return _preset_dir(name, None, cache_dir, adapter_dir)
-    path = Path(name)
-    if path.is_dir() or not path.is_absolute():
-        return path if path.is_dir() else name
-    # an absolute path that is gone: a preset's cache directory is rebuilt from its name
-    from .qwen_coder import BY_NAME
-    from .smollm2 import DIRECTORY
-
-    if path.name == DIRECTORY:
-        return _preset_dir("smollm2", None, cache_dir, adapter_dir)
-    for preset in BY_NAME.values():
-        if path.name == preset.directory:
-            return _preset_dir(preset.name, None, cache_dir, adapter_dir)
-    tiny = _TINY_DIR.fullmatch(path.name)
-    if tiny:
-        sizes = {"hidden_size": int(tiny[1]), "num_hidden_layers": int(tiny[2]), "seed": int(tiny[3])}
-        return _preset_dir("tiny", sizes, cache_dir, adapter_dir)
-    return name
-
-
-def _preset_dir(
-    name: str, tiny: dict[str, int] | None, cache_dir: str | Path | None, adapter_dir: Path, *, build: bool = True
-) -> Path:
-    """The preset's directory in the model cache, built there unless ``build`` is false."""
-    from .presets import PRESETS, TinyConfig, model_path, tiny_path
-    from .qwen_coder import BY_NAME, preset_path
-    from .smollm2 import smollm2_path
-
-    if name not in PRESETS:
-        raise ConfigError(f"{adapter_dir / BASE_FILE} names an unknown preset {name!r} (known: {', '.join(PRESETS)})")
-    try:
-        sizes = TinyConfig(**(tiny or {}))
-    except TypeError as exc:
-        raise ConfigError(f"{adapter_dir / BASE_FILE} has tiny sizes this version does not know: {exc}") from exc
-    if not build:
-        cache = cache_dir or "runs/models"
-        if name in BY_NAME:
-            return preset_path(BY_NAME[name], cache)
-        return tiny_path(sizes, cache) if name == "tiny" else smollm2_path(cache)
-    return Path(model_path(name, cache_dir=cache_dir, tiny=sizes))
-
-
-__all__ = ["BASE_FILE", "BaseModelRecord", "base_spec", "describe_base", "read_base", "weights_sha256", "write_base"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "BASE_FILE",
+    "BaseModelRecord",
+    "describe_base",
+    "is_adapter",
+    "read_base",
+    "weights_sha256",
+    "write_base",
+]

@@ -18,6 +18,7 @@ race-safe build of :mod:`contractrl.trainer.model_cache`, and needs nothing from
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,14 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import qwen_coder
+from .adapter_base import ADAPTER_CONFIG, BASE_FILE, is_adapter, read_base, weights_sha256
 from .model_cache import build_once
 from .smollm2 import ensure_smollm2
 
 # model names that are built locally rather than read from a path or a hub
 PRESETS = ("tiny", "smollm2", *qwen_coder.PRESETS)
+# a tiny preset's cache folder, as adapters saved before base_model.json named their base
+_TINY_DIR = re.compile(r"tiny-h(\d+)-l(\d+)-s(\d+)")
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -175,9 +179,78 @@ def load_model(
 MAX_ADAPTER_CHAIN = 8
 
 
-def is_adapter(path: Path) -> bool:
-    """Whether ``path`` holds a peft adapter (which names its base model) rather than whole weights."""
-    return (path / "adapter_config.json").is_file()
+def base_spec(adapter_dir: Path, cache_dir: str | Path | None) -> tuple[Path | str, str]:
+    """Where the base of the adapter at ``adapter_dir`` is on this machine (a directory, built in
+    the model cache for a preset, or a hub name), and the weights SHA-256 it should have ('' when
+    unknown). Reads ``base_model.json``, else the legacy ``base_model_name_or_path``."""
+    record = read_base(adapter_dir)
+    if record is None:
+        return _legacy_base(adapter_dir, cache_dir), ""
+    if record.kind == "preset":
+        # this machine's cache first; the path it was trained from when that still exists (the same
+        # machine, another model.cache_dir); else built in the cache
+        cached = _preset_dir(record.name, record.tiny, cache_dir, adapter_dir, build=False)
+        if not (cached / "config.json").is_file() and (Path(record.path) / "config.json").is_file():
+            return Path(record.path), record.weights_sha256
+        return _preset_dir(record.name, record.tiny, cache_dir, adapter_dir), record.weights_sha256
+    if record.kind == "hub":
+        return record.name, ""
+    for candidate in ((adapter_dir / record.name), Path(record.path)):
+        if candidate.is_dir():
+            return candidate.resolve(), record.weights_sha256
+    raise ConfigError(
+        f"the base {record.kind} of the adapter {adapter_dir} is at neither {adapter_dir / record.name} nor {record.path}"
+    )
+
+
+def _legacy_base(adapter_dir: Path, cache_dir: str | Path | None) -> Path | str:
+    file = adapter_dir / ADAPTER_CONFIG
+    try:
+        name = json.loads(file.read_text(encoding="utf-8"))["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{file} does not name its base model: {exc}") from exc
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{file} does not name its base model")
+    if name in PRESETS:
+        return _preset_dir(name, None, cache_dir, adapter_dir)
+    path = Path(name)
+    if path.is_dir() or not path.is_absolute():
+        return path if path.is_dir() else name
+    # an absolute path that is gone: a preset's cache directory is rebuilt from its name
+    from .qwen_coder import BY_NAME
+    from .smollm2 import DIRECTORY
+
+    if path.name == DIRECTORY:
+        return _preset_dir("smollm2", None, cache_dir, adapter_dir)
+    for preset in BY_NAME.values():
+        if path.name == preset.directory:
+            return _preset_dir(preset.name, None, cache_dir, adapter_dir)
+    tiny = _TINY_DIR.fullmatch(path.name)
+    if tiny:
+        sizes = {"hidden_size": int(tiny[1]), "num_hidden_layers": int(tiny[2]), "seed": int(tiny[3])}
+        return _preset_dir("tiny", sizes, cache_dir, adapter_dir)
+    return name
+
+
+def _preset_dir(
+    name: str, tiny: dict[str, int] | None, cache_dir: str | Path | None, adapter_dir: Path, *, build: bool = True
+) -> Path:
+    """The preset's directory in the model cache, built there unless ``build`` is false."""
+    from .qwen_coder import BY_NAME, preset_path
+    from .smollm2 import smollm2_path
+
+    if name not in PRESETS:
+        raise ConfigError(f"{adapter_dir / BASE_FILE} names an unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    try:
+        sizes = TinyConfig(**(tiny or {}))
+    except TypeError as exc:
+        raise ConfigError(f"{adapter_dir / BASE_FILE} has tiny sizes this version does not know: {exc}") from exc
+    if not build:
+        cache = cache_dir or "runs/models"
+        if name in BY_NAME:
+            return preset_path(BY_NAME[name], cache)
+        return tiny_path(sizes, cache) if name == "tiny" else smollm2_path(cache)
+    return Path(model_path(name, cache_dir=cache_dir, tiny=sizes))
 
 
 def _merged_adapter(path: Path, torch_dtype: Any, cache_dir: str | Path | None = None, seen: tuple[Path, ...] = ()) -> Any:
@@ -196,8 +269,6 @@ def _merged_adapter(path: Path, torch_dtype: Any, cache_dir: str | Path | None =
 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
-
-    from .adapter_base import base_spec, weights_sha256
 
     here = path.resolve()
     if here in seen or len(seen) >= MAX_ADAPTER_CHAIN:

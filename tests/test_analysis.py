@@ -577,6 +577,41 @@ def test_standing_names_the_leader_its_margin_and_the_families_behind_it() -> No
     assert bfcl.startswith("bfcl:live_simple: contractrl:heuristic leads with 0.500 semantic success, +0.500 over")
 
 
+def test_a_tie_at_the_top_is_called_a_tie_with_what_still_differs() -> None:
+    import pandas as pd
+
+    from contractrl.analysis.report import standing
+
+    def rows(policy: str, arm: str, wins: list[bool], tokens: float) -> list[dict[str, object]]:
+        return [
+            {
+                "arm": arm,
+                "policy": policy,
+                "stage": "sft" if policy == "lm" else "",
+                "case_family": "wrong_type",
+                "case_id": f"c{i}",
+                "seed": 0,
+                "sample": 0,
+                "semantic_success": won,
+                "study": "main",
+                "condition": "",
+                "generated_tokens": tokens,
+            }
+            for i, won in enumerate(wins)
+        ]
+
+    frame = pd.DataFrame(
+        rows("lm", "contractrl", [True, True], 25.0)
+        + rows("lm", "full_regen", [True, True], 66.0)
+        + rows("heuristic", "contractrl", [True, False], 0.0)
+    )
+    (line,) = standing(frame)
+    assert line == (
+        "built-in: contractrl:lm@sft and full_regen:lm@sft tie at 1.000 semantic success; next is "
+        "contractrl:heuristic (0.500); of the tied, contractrl:lm@sft generates the fewest tokens (25.0 per episode)."
+    )
+
+
 # --- outputs that explain themselves: a small report read as a user reads it ---------------------
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import shutil
 import time
@@ -175,6 +176,10 @@ def _lead(rows: pd.DataFrame) -> str:
     leader = str(success.index[0])
     if len(success) == 1:
         return f"only {leader} ran: {success.iloc[0]:.3f} semantic success."
+    top = success.iloc[0]
+    tied = [str(system) for system, value in success.items() if math.isclose(value, top, abs_tol=1e-9)]
+    if len(tied) > 1:
+        return _tie(rows, success, tied)
     runner = str(success.index[1])
     by_family = rows.pivot_table(index="case_family", columns="system", values="semantic_success", aggfunc="mean")
     gaps = (by_family[leader] - by_family[runner]).dropna().sort_values(ascending=False, kind="stable")
@@ -187,6 +192,20 @@ def _lead(rows: pd.DataFrame) -> str:
         f"{leader} leads with {success.iloc[0]:.3f} semantic success, {success.iloc[0] - success.iloc[1]:+.3f} over "
         f"{runner} ({success.iloc[1]:.3f}); by family it is {why}."
     )
+
+
+def _tie(rows: pd.DataFrame, success: pd.Series, tied: list[str]) -> str:
+    """Several systems share the top success: say so, name the next one, and what still tells the
+    tied ones apart (the tokens each generates, where the episodes carry them)."""
+    names = f"{', '.join(tied[:-1])} and {tied[-1]}"
+    line = f"{names} tie at {success.iloc[0]:.3f} semantic success"
+    rest = success.drop(index=tied)
+    if len(rest):
+        line += f"; next is {rest.index[0]} ({rest.iloc[0]:.3f})"
+    if "generated_tokens" in rows:
+        tokens = rows[rows["system"].isin(tied)].groupby("system")["generated_tokens"].mean().sort_values(kind="stable")
+        line += f"; of the tied, {tokens.index[0]} generates the fewest tokens ({tokens.iloc[0]:.1f} per episode)"
+    return line + "."
 
 
 OVERVIEW_COLUMNS = [

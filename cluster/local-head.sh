@@ -14,6 +14,14 @@
 set -eu
 
 usage() { echo "usage: $0 start DIR [CPUS] | stop DIR" >&2; exit 2; }
+# running, not a zombie waiting to be reaped (kill -0 answers yes for a zombie too)
+alive() {
+    if [ -r "/proc/$1/stat" ]; then
+        [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]
+    else
+        kill -0 "$1" 2>/dev/null
+    fi
+}
 [ $# -ge 2 ] || usage
 action=$1
 dir=$2
@@ -61,8 +69,18 @@ stop)
     # the head's session: `ray start --block` and the processes it started, nothing else
     kill -TERM "-$pid" 2>/dev/null || true
     tries=0
-    while kill -0 "$pid" 2>/dev/null && [ $tries -lt 30 ]; do tries=$((tries + 1)); sleep 1; done
-    kill -KILL "-$pid" 2>/dev/null || true
+    while alive "$pid" && [ $tries -lt 30 ]; do tries=$((tries + 1)); sleep 1; done
+    if alive "$pid"; then
+        # a head that ignored TERM (a loaded machine): kill its session, and wait until it is gone
+        kill -KILL "-$pid" 2>/dev/null || true
+        tries=0
+        while alive "$pid" && [ $tries -lt 10 ]; do tries=$((tries + 1)); sleep 1; done
+        if alive "$pid"; then
+            echo "$0: the head of $dir (pid $pid) survived TERM and KILL" >&2
+            exit 1
+        fi
+    fi
+    kill -KILL "-$pid" 2>/dev/null || true  # whatever of its session outlived the head
     rm -f "$dir/pid"
     echo "stopped the head of $dir"
     ;;

@@ -219,13 +219,12 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
             raise ConfigError("--policy-actors and --gpus-per-actor must be >= 0")
         if args.shield_k < 0:
             raise ConfigError(f"--shield-k must be >= 0 (0: blind decoding), got {args.shield_k}")
-        sampling = SamplingConfig(
+        sampling = SamplingConfig.from_options(
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
-            do_sample=args.temperature > 0,
             seed=args.seed,
             shield_k=args.shield_k,
-            shield_enumerate=not args.no_enumerate,
+            enumerate_candidates=not args.no_enumerate,
         )
         if args.policy_actors > 0:  # the model loads inside each actor, once
             return _PolicyPools(

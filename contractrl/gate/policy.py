@@ -69,13 +69,12 @@ def policy_from_spec(spec: str, *, arm: str = "contractrl", hf: HFOptions = HFOp
 
         target, name = hf_model_target(spec)
         model, tokenizer = load_model(target, cache_dir=MODELS_DIR.resolve())
-        sampling = SamplingConfig(
+        sampling = SamplingConfig.from_options(
             max_new_tokens=hf.max_new_tokens,
             temperature=hf.temperature,
-            do_sample=hf.temperature > 0,
             seed=hf.seed,
             shield_k=hf.shield_k,
-            shield_enumerate=hf.enumerate,
+            enumerate_candidates=hf.enumerate,
         )
         return HFPolicy(model, tokenizer, arm=arm, mode=hf.mode, feedback=hf.feedback, sampling=sampling, name=name)
     raise ConfigError(f"unknown gate policy {spec!r}; use heuristic, selector:<dir> or hf:<name-or-path>")

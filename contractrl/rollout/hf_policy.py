@@ -48,6 +48,20 @@ class SamplingConfig:
     # the shield also scores the enumerated candidates (rollout/candidates.py) beside the proposals
     shield_enumerate: bool = True
 
+    @classmethod
+    def from_options(
+        cls, *, max_new_tokens: int, temperature: float, seed: int, shield_k: int, enumerate_candidates: bool
+    ) -> SamplingConfig:
+        """The rollout command's and the gate's generation options: greedy at temperature 0."""
+        return cls(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            do_sample=temperature > 0,
+            seed=seed,
+            shield_k=shield_k,
+            shield_enumerate=enumerate_candidates,
+        )
+
 
 def answer_complete(text: str) -> bool:
     """Whether ``text`` already holds a whole answer: one balanced JSON value, or an ABSTAIN line."""

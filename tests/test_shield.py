@@ -8,6 +8,7 @@ not share code with: the environment's own transition run on the committed answe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contractrl.rollout.env import RepairEnv, contract_for
-from contractrl.rollout.shield import Choice, Probe, choose, enumerated_answers, probe
+from contractrl.rollout.shield import MAX_ENUMERATED, Choice, Probe, choose, enumerated_answers, probe
 from contractrl.tasks.arms import ARMS, WHOLE_OBJECT_ARMS
 from contractrl.tasks.cases import ABSTAIN
 from contractrl.tasks.generate import GenerateConfig, generate_cases
@@ -126,10 +127,34 @@ def test_enumerated_answers_hold_no_withheld_value() -> None:
         needle = withheld if isinstance(withheld, str) else canonical_json(withheld)
         state = RepairEnv(case.public).reset()
         for arm in ARMS:
-            for text in enumerated_answers(case.public, state, arm):
+            contract = contract_for(case.public)
+            for text in enumerated_answers(case.public, state, arm, contract=contract):
                 assert needle not in text, (case.public.case_id, arm, text)
                 checked += 1
     assert checked > 100
+
+
+def test_the_recheck_reaches_the_field_a_noisy_report_hides() -> None:
+    """A report that points at the wrong place (or says nothing usable) hides the field to repair;
+    the shield's re-check asks the public verifier and lists candidates there too. The report's own
+    candidates keep their places (the re-check only appends), and on the noisy-feedback families
+    the re-check turns cases with no accepted candidate into cases with one."""
+    gained = lost = 0
+    for case in generate_cases(GenerateConfig(seed=61, n=200)):
+        if case.public.family not in ("wrong_pointer", "ambiguous_pointer", "malformed_feedback"):
+            continue
+        # a request that states no value as JSON (as a real user's does not): only the pointers lead
+        public = dataclasses.replace(case.public, request="Please make the call valid.")
+        contract = contract_for(public)
+        state = RepairEnv(public).reset()
+        plain = enumerated_answers(public, state, "contractrl")
+        checked = enumerated_answers(public, state, "contractrl", contract=contract)
+        assert checked[: len(plain)] == plain or len(checked) == MAX_ENUMERATED
+        before = any(probe(contract, public, state, t, "contractrl").accepted for t in plain)
+        after = any(probe(contract, public, state, t, "contractrl").accepted for t in checked)
+        gained += after and not before
+        lost += before and not after
+    assert lost == 0 and gained > 10, (gained, lost)  # 24 of 45 when written
 
 
 def test_choice_is_a_plain_record() -> None:

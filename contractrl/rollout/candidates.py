@@ -16,6 +16,10 @@ half, so a selector that wins has won on the same evidence. Sources, in the orde
 - ``combined``: the first candidate of each reported pointer in one patch, when the report has
   several and the operation budget allows.
 
+A caller that may consult the public verifier (the shield) passes its own errors for the current
+call as ``verified``: their pointers are tried after the reported ones, so a report that points at
+the wrong place, or says nothing usable, still leads to the field that is wrong.
+
 Pure functions of the public case and state, in a deterministic order, deduplicated by the patch's
 canonical text.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any
@@ -35,6 +39,7 @@ from ..validators import PublicState
 from ..validators.codes import Code
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
+from ..validators.report import VerifierError
 from .policies import argument_labels, request_values
 from .schema_excerpt import subschemas_at
 
@@ -192,8 +197,11 @@ def _at_pointer(case: PublicCase, state: PublicState, tokens: Tokens, code: str,
             yield Candidate("", "convert", ({"op": "replace", "path": format_pointer(tokens), "value": value},))
 
 
-def enumerate_candidates(case: PublicCase, state: PublicState, limit: int) -> list[Candidate]:
-    """ABSTAIN first, then up to ``limit - 1`` distinct patches, each within the operation budget."""
+def enumerate_candidates(
+    case: PublicCase, state: PublicState, limit: int, verified: Sequence[VerifierError] = ()
+) -> list[Candidate]:
+    """ABSTAIN first, then up to ``limit - 1`` distinct patches, each within the operation budget;
+    ``verified`` adds the pointers of the verifier's own errors that the report did not name."""
     stated = stated_values(case)
     found: list[Candidate] = []
     per_pointer: list[Candidate] = []
@@ -212,6 +220,12 @@ def enumerate_candidates(case: PublicCase, state: PublicState, limit: int) -> li
     if len(per_pointer) > 1:
         ops = tuple(op for c in per_pointer for op in c.ops)
         found.append(Candidate("", "combined", ops))
+    # the verifier's own pointers last, so what the report alone lists keeps its places
+    reported = {(e.pointer, e.code) for e in state.report.errors}
+    for error in verified:
+        tokens = _pointer_tokens(error.pointer)
+        if tokens is not None and (error.pointer, error.code) not in reported:
+            found.extend(_at_pointer(case, state, tokens, error.code.value, stated))
     out = [ABSTAIN_CANDIDATE]
     seen = {ABSTAIN}
     for item in found:

@@ -273,7 +273,7 @@ class HFPolicy:
                     token_ids=chosen.token_ids,
                     logprobs=chosen.logprobs,
                     prompt_ids=prompt_ids[row],
-                    probes=choice.probes,
+                    probes=choice.probes + (1 if self.sampling.shield_enumerate else 0),  # + the re-check
                 )
             )
         share = (time.perf_counter() - start) / len(observations)
@@ -291,7 +291,11 @@ class HFPolicy:
             found.setdefault(
                 answer_key(text), _ShieldCandidate(text, answer.token_ids[:keep], answer.logprobs[:keep], answer.score, answer)
             )
-        extra = enumerated_answers(o.case, o.state, arm) if self.sampling.shield_enumerate else [ABSTAIN]
+        extra = (
+            enumerated_answers(o.case, o.state, arm, contract=self._contract(o.case))
+            if self.sampling.shield_enumerate
+            else [ABSTAIN]
+        )
         for text in extra:
             key = answer_key(text)
             if key not in found:

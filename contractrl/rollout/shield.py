@@ -16,6 +16,11 @@ attempt is spent), and then commits by :func:`choose`:
    more);
 4. else ABSTAIN: an inadmissible or certainly rejected answer is never sent.
 
+The enumerated candidates are built at the report's pointers and, after one more probe that
+re-checks the current call (:func:`recheck`), at the pointers the public verifier itself names: a
+report handed to the policy may point at the wrong place or be garbled (the noisy-feedback
+families), and a policy that may consult the verifier need not trust it.
+
 Scores are the model's log-probabilities of whole answers. Among patches they rank which repair to
 send; between ABSTAIN and a patch they do not, since a patch's probability is spread over its many
 tokens while ABSTAIN's is not (measured: ranking ABSTAIN by its sequence probability against the
@@ -41,6 +46,7 @@ from ..validators.apply import apply_patch
 from ..validators.codes import PATCH_CODES, Code
 from ..validators.jsonvalue import canonical_json
 from ..validators.patch import PatchAction, parse_action
+from ..validators.report import VerifierError
 from ..validators.strict_json import parse_response
 from .candidates import enumerate_candidates
 from .known_rejected import known_rejected
@@ -111,11 +117,18 @@ def _best(indices: list[int], scores: Sequence[float]) -> int:
     return min(sorted(indices), key=lambda i: -scores[i])
 
 
-def enumerated_answers(case: PublicCase, state: PublicState, arm: str, limit: int = MAX_ENUMERATED) -> list[str]:
+def enumerated_answers(
+    case: PublicCase, state: PublicState, arm: str, limit: int = MAX_ENUMERATED, contract: RepairContract | None = None
+) -> list[str]:
     """The enumerated candidates as answers of ``arm``: ABSTAIN first, then canonical patches, or
-    for the whole-object arms the failed call with each patch applied (same evidence, other form)."""
+    for the whole-object arms the failed call with each patch applied (same evidence, other form).
+
+    With ``contract``, the current call is re-verified first (one probe, :func:`recheck`) and the
+    candidates also cover the pointers the verifier names: the report the policy was handed may be
+    wrong about where the error is, the public verifier is not."""
+    verified = recheck(contract, state) if contract is not None else ()
     answers = [ABSTAIN]
-    for candidate in enumerate_candidates(case, state, limit)[1:]:
+    for candidate in enumerate_candidates(case, state, limit, verified)[1:]:
         if arm not in WHOLE_OBJECT_ARMS:
             answers.append(canonical_json(list(candidate.ops)))
             continue
@@ -126,6 +139,11 @@ def enumerated_answers(case: PublicCase, state: PublicState, arm: str, limit: in
     return list(dict.fromkeys(answers))
 
 
+def recheck(contract: RepairContract, state: PublicState) -> tuple[VerifierError, ...]:
+    """The public verifier's own errors for the current call: one probe, nothing applied."""
+    return contract.verifier.verify(state.candidate).errors
+
+
 def answer_key(text: str) -> str:
     """One key for answer texts that say the same thing: the canonical JSON of a parsed value, else
     the stripped text (ABSTAIN, or text no parser takes)."""
@@ -133,4 +151,4 @@ def answer_key(text: str) -> str:
     return canonical_json(parsed.value) if parsed.is_value else text.strip()
 
 
-__all__ = ["MAX_ENUMERATED", "Choice", "Probe", "answer_key", "choose", "enumerated_answers", "probe"]
+__all__ = ["MAX_ENUMERATED", "Choice", "Probe", "answer_key", "choose", "enumerated_answers", "probe", "recheck"]

@@ -1,13 +1,10 @@
 """Shared test fixtures: the public data in ../shared/data (skipped with a reason when absent), the
-evidence-boundary check every case source must pass, and the loader of a benchmark script."""
+evidence-boundary check every case source must pass."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -15,17 +12,6 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("CONTRACTRL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` as a module: the scripts are run by hand, not installed, and their
-    pure parts are tested like any module's."""
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
 
 
 def shared_path(*parts: str) -> Path:

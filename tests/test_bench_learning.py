@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pandas as pd
 import pytest
 
-from .conftest import load_benchmark
-
-
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    return load_benchmark("bench_learning")
+from contractrl.analysis import learning
 
 
 def _episodes(run: str, solved: dict[str, bool], family: dict[str, str]) -> pd.DataFrame:
@@ -48,9 +42,9 @@ def _report(tmp_path: Path) -> Path:
     return report
 
 
-def test_pair_counts_gains_and_losses_per_family(bench: ModuleType, tmp_path: Path) -> None:
+def test_pair_counts_gains_and_losses_per_family(tmp_path: Path) -> None:
     episodes = pd.read_parquet(_report(tmp_path) / "episodes.parquet")
-    pair = bench.pair_runs(episodes, "runs/a", "runs/b")
+    pair = learning.pair_runs(episodes, "runs/a", "runs/b")
     assert pair["gained"] == ["c2", "c4"] and pair["lost"] == ["c3"]
     pooled = pair["pooled"]
     assert (pooled["n"], pooled["a"], pooled["b"], pooled["gained"], pooled["lost"]) == (5, 0.4, 0.6, 2, 1)
@@ -61,12 +55,12 @@ def test_pair_counts_gains_and_losses_per_family(bench: ModuleType, tmp_path: Pa
     assert pair["families"]["unrepairable"]["baseline"] == 0.0
 
 
-def test_pair_from_the_command_line(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pair_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = _report(tmp_path)
-    assert bench.main(["--report", str(report), "--pair", "runs/a", "runs/b/eval/sft", "--json"]) == 0
+    assert learning.main(["--report", str(report), "--pair", "runs/a", "runs/b/eval/sft", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["pair"]["candidate"] == "runs/b/eval/sft" and result["cases"] == {"eval": 5}
-    assert bench.main(["--report", str(report), "--pair", "runs/a", "runs/b"]) == 0
+    assert learning.main(["--report", str(report), "--pair", "runs/a", "runs/b"]) == 0
     table = capsys.readouterr().out
     assert "| multi_field | 2 | 0.500 | 0.500 | 1 | 1 |" in table
     assert "B - A, pooled: 0.400 -> 0.600, +0.200" in table
@@ -83,9 +77,9 @@ def _two_seed_report(tmp_path: Path) -> Path:
     return report
 
 
-def test_pairs_pool_by_case_over_seeds(bench: ModuleType, tmp_path: Path) -> None:
+def test_pairs_pool_by_case_over_seeds(tmp_path: Path) -> None:
     episodes = pd.read_parquet(_two_seed_report(tmp_path) / "episodes.parquet")
-    over = bench.pool_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d")])
+    over = learning.pool_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d")])
     pooled = over["pooled"]
     assert over["pairs"] == 2 and pooled["n"] == 4  # c5 is not in pair 2: only the cases every pair ran
     assert (pooled["a"], pooled["b"]) == (pytest.approx(0.375), pytest.approx(0.625))
@@ -95,35 +89,35 @@ def test_pairs_pool_by_case_over_seeds(bench: ModuleType, tmp_path: Path) -> Non
     assert (single["n"], single["a"], single["b"], single["cases_better"]) == (2, 0.25, 0.75, 2)
     with pytest.raises(SystemExit, match="share no case ids"):
         other = _episodes("runs/x/eval/sft", {"x1": True}, {"x1": "wrong_type"})
-        bench.pool_pairs(pd.concat([episodes, other]), [("runs/a", "runs/b"), ("runs/x", "runs/x")])
+        learning.pool_pairs(pd.concat([episodes, other]), [("runs/a", "runs/b"), ("runs/x", "runs/x")])
 
 
-def test_pairs_from_the_command_line(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pairs_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = str(_two_seed_report(tmp_path))
-    assert bench.main(["--report", report, "--pair", "runs/a", "runs/b", "--pair", "runs/c", "runs/d", "--json"]) == 0
+    assert learning.main(["--report", report, "--pair", "runs/a", "runs/b", "--pair", "runs/c", "runs/d", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [p["candidate"] for p in result["pairs"]] == ["runs/b", "runs/d"] and "pair" not in result
     assert result["over_pairs"]["pooled"]["diff"] == pytest.approx(0.25)
-    assert bench.main(["--report", report, "--pair", "runs/a", "runs/b", "--pair", "runs/c", "runs/d"]) == 0
+    assert learning.main(["--report", report, "--pair", "runs/a", "runs/b", "--pair", "runs/c", "runs/d"]) == 0
     text = capsys.readouterr().out
     assert text.count("A = runs/") == 2
     assert "pooled: 0.375 -> 0.625, +0.250" in text and "sign test p = 0.5; 2 cases better, 0 worse" in text
 
 
-def test_pair_refuses_what_it_cannot_pair(bench: ModuleType, tmp_path: Path) -> None:
+def test_pair_refuses_what_it_cannot_pair(tmp_path: Path) -> None:
     episodes = pd.read_parquet(_report(tmp_path) / "episodes.parquet")
     with pytest.raises(SystemExit, match="no run 'runs/c' in the report; its runs: runs/a/eval/sft, runs/b/eval/sft"):
-        bench.pair_runs(episodes, "runs/a", "runs/c")
+        learning.pair_runs(episodes, "runs/a", "runs/c")
     with pytest.raises(SystemExit, match="more than one episode per case"):
-        bench.pair_runs(episodes, "runs", "runs/a")  # "runs" holds both: one case, two episodes
+        learning.pair_runs(episodes, "runs", "runs/a")  # "runs" holds both: one case, two episodes
     other = _episodes("runs/d/eval/sft", {"x1": True}, {"x1": "wrong_type"})
     with pytest.raises(SystemExit, match="share no case ids"):
-        bench.pair_runs(pd.concat([episodes, other]), "runs/a", "runs/d")
+        learning.pair_runs(pd.concat([episodes, other]), "runs/a", "runs/d")
     with pytest.raises(SystemExit):  # argparse: --pair needs a report to read
-        bench.main(["--pair", "runs/a", "runs/b"])
+        learning.main(["--pair", "runs/a", "runs/b"])
 
 
-def test_report_tables_every_system_per_family(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_tables_every_system_per_family(capsys: pytest.CaptureFixture[str]) -> None:
     """A report of one full-regeneration run has no SFT or GRPO stage; its family table is still filled."""
     regen = _episodes("runs/r/eval/sft", {"c1": True, "c2": False, "c5": True}, FAMILY).assign(
         arm="full_regen",
@@ -135,25 +129,23 @@ def test_report_tables_every_system_per_family(bench: ModuleType, capsys: pytest
         latency_s=1.0,
         unsafe_dispatch=0,
     )
-    result = {"model": "smollm2", "report": "r", "machine": "m", "cases": {"eval": 3}, **bench.analyse(regen)}
+    result = {"model": "smollm2", "report": "r", "machine": "m", "cases": {"eval": 3}, **learning.analyse(regen)}
     assert "after_sft" not in result and result["by_family"]["full_regen"]["wrong_type"] == {"success": 0.5, "n": 2}
-    bench.print_report(result)
+    learning.print_report(result)
     table = capsys.readouterr().out
     assert "| family | full_regen |" in table
     assert "| wrong_type | 0.500 (n=2) |" in table and "| pooled | 0.667 (n=3) |" in table
 
 
-def test_pair_finds_a_run_the_report_holds_by_its_absolute_path(
-    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pair_finds_a_run_the_report_holds_by_its_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     solved = {"c1": True, "c2": False}
     a = _episodes(str(tmp_path / "runs" / "a" / "eval" / "after-sft"), solved, FAMILY)
     b = _episodes(str(tmp_path / "runs" / "b" / "eval" / "after-sft"), {**solved, "c2": True}, FAMILY)
     monkeypatch.chdir(tmp_path)
-    pair = bench.pair_runs(pd.concat([a, b]), "runs/a", "runs/b/")
+    pair = learning.pair_runs(pd.concat([a, b]), "runs/a", "runs/b/")
     assert pair["gained"] == ["c2"] and pair["pooled"]["n"] == 2
     with pytest.raises(SystemExit, match="no run 'runs/ab'"):  # a prefix of a name is not a directory above it
-        bench.pair_runs(pd.concat([a, b]), "runs/ab", "runs/b")
+        learning.pair_runs(pd.concat([a, b]), "runs/ab", "runs/b")
 
 
 def _set_report(tmp_path: Path, name: str, a: dict[str, bool], b: dict[str, bool], family: dict[str, str]) -> Path:
@@ -167,7 +159,7 @@ def _set_report(tmp_path: Path, name: str, a: dict[str, bool], b: dict[str, bool
     return report
 
 
-def test_pairs_on_disjoint_case_sets_are_stacked(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pairs_on_disjoint_case_sets_are_stacked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two held-out sets, one report each: B solves 4 cases A does not (one per set would give
     McNemar p = 0.5 within a set, 0.125 together) and loses none."""
     family = {**FAMILY, "d1": "wrong_type", "d2": "unrepairable", "d3": "multi_field"}
@@ -175,7 +167,7 @@ def test_pairs_on_disjoint_case_sets_are_stacked(bench: ModuleType, tmp_path: Pa
     second = _set_report(tmp_path, "s2", {"d1": False, "d2": False, "d3": True}, {"d1": True, "d2": True, "d3": True}, family)
     pairs = ["--pair", "runs/s1_a", "runs/s1_b", "--pair", "runs/s2_a", "runs/s2_b"]
     argv = ["--report", str(first), "--report", str(second), *pairs]
-    assert bench.main([*argv, "--json"]) == 0
+    assert learning.main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["report"] == [str(first), str(second)] and result["cases"] == {"eval": 6}
     assert "over_pairs" not in result
@@ -187,13 +179,13 @@ def test_pairs_on_disjoint_case_sets_are_stacked(bench: ModuleType, tmp_path: Pa
     assert stacked["families"]["wrong_type"] == {"n": 3, "baseline": 0.0, "candidate": 1.0, "gained": 3, "lost": 0}
     assert stacked["sides"]["baseline"]["generated_tokens"] == 10.0 and stacked["sides"]["candidate"]["collateral"] == 0.0
     assert result["pairs"][0]["pooled"]["mcnemar_p"] == pytest.approx(0.5)
-    assert bench.main(argv) == 0
+    assert learning.main(argv) == 0
     text = capsys.readouterr().out
     assert "over 2 disjoint case sets (3 + 3 cases)" in text
     assert "generated_tokens per episode: A 10.000, B 4.000 (B/A x0.40)" in text
 
 
-def test_pairs_that_neither_share_nor_split_their_cases_are_refused(bench: ModuleType, tmp_path: Path) -> None:
+def test_pairs_that_neither_share_nor_split_their_cases_are_refused(tmp_path: Path) -> None:
     """Pairs 1 and 2 share c1, pair 3 shares nothing with pair 1: neither seeds nor disjoint sets."""
     family = {**FAMILY, "d1": "wrong_type"}
     episodes = pd.concat(
@@ -207,18 +199,18 @@ def test_pairs_that_neither_share_nor_split_their_cases_are_refused(bench: Modul
         ]
     )
     with pytest.raises(SystemExit, match="neither share their cases"):
-        bench.combine_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d"), ("runs/e", "runs/f")])
-    assert "over_pairs" in bench.combine_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d")])
+        learning.combine_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d"), ("runs/e", "runs/f")])
+    assert "over_pairs" in learning.combine_pairs(episodes, [("runs/a", "runs/b"), ("runs/c", "runs/d")])
 
 
-def test_a_run_scored_in_two_reports_is_refused(bench: ModuleType, tmp_path: Path) -> None:
+def test_a_run_scored_in_two_reports_is_refused(tmp_path: Path) -> None:
     report = _report(tmp_path)
     with pytest.raises(SystemExit, match="more than one report"):
-        bench.analyse_report([report, report], [("runs/a", "runs/b")])
+        learning.analyse_report([report, report], [("runs/a", "runs/b")])
     grouped = tmp_path / "grouped"  # a group of two episodes per case, in one report: not twice
     grouped.mkdir()
     group = _episodes("runs/g/eval/sft", {"c1": True, "c2": False}, FAMILY)
     pd.concat([group, group]).to_parquet(grouped / "episodes.parquet")
-    assert len(bench.read_reports([grouped, report])) == 14
+    assert len(learning.read_reports([grouped, report])) == 14
     with pytest.raises(SystemExit, match="no scored episodes at"):
-        bench.analyse_report([report, tmp_path / "absent"])
+        learning.analyse_report([report, tmp_path / "absent"])

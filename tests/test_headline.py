@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from contractrl.analysis import headline_runs
 from contractrl.analysis.headline import CELL_KEYS, SLICES, SYSTEMS, headline
 from contractrl.analysis.stats import sign_test
 from contractrl.errors import ContractRLError
 
-from .conftest import load_benchmark
 from .test_natural import _run, wheel  # noqa: F401  (the fixture: a small BFCL wheel in a cache)
 
 
@@ -70,7 +70,6 @@ def test_the_script_tables_frozen_runs_of_natural_failures(tmp_path: Path, monke
     with the slice as their condition: the script writes headline.json with both rows filled."""
     from contractrl.cli import main as cli
 
-    natural = load_benchmark("bench_headline")
     cases = tmp_path / "cases"
     monkeypatch.chdir(tmp_path)
     assert (
@@ -105,8 +104,8 @@ def test_the_script_tables_frozen_runs_of_natural_failures(tmp_path: Path, monke
         "--system",
         "heuristic=contractrl:heuristic",
     ]
-    assert natural.main([*argv, "--slice", "natural=natural", "--resamples", "500", "--out", str(out)]) == 0
+    assert headline_runs.main([*argv, "--slice", "natural=natural", "--resamples", "500", "--out", str(out)]) == 0
     table = json.loads(out.read_text())
     assert table["systems"]["contractrl"]["natural"]["success"] == 1.0 and table["systems"]["contractrl"]["natural"]["n"] == 4
     assert table["systems"]["heuristic"]["natural"]["n"] == 4 and table["paired"]["heuristic"]["natural"]["n"] == 4
-    assert natural.main([*runs, "--cases", str(cases), "--system", "oracle=x", "--out", str(out)]) == 2
+    assert headline_runs.main([*runs, "--cases", str(cases), "--system", "oracle=x", "--out", str(out)]) == 2

@@ -7,24 +7,18 @@ over ledger rows, tested here on hand-built steps whose rates are known.
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from .conftest import load_benchmark
-
-
-@pytest.fixture(scope="module")
-def twins() -> ModuleType:
-    return load_benchmark("twin_abstention")
+from contractrl.analysis import twin_abstention
 
 
 def _group(case_id: str, family: str, abstained: list[bool]) -> list[dict[str, Any]]:
     return [{"case_id": case_id, "case_family": family, "abstained": a} for a in abstained]
 
 
-def test_rates_per_side_and_block(twins: ModuleType) -> None:
+def test_rates_per_side_and_block() -> None:
     # The contrast carries the missing_required family; it must count as the contrast side only.
     step1 = (
         _group("u1", "unrepairable", [True, True, True, True])
@@ -34,7 +28,7 @@ def test_rates_per_side_and_block(twins: ModuleType) -> None:
     )
     step2 = _group("u2", "unrepairable", [True, False, True, False]) + _group("u2-contrast", "missing_required", [False] * 4)
     step3 = _group("u1", "unrepairable", [False] * 4)
-    blocks = twins.block_rates([(1, step1), (2, step2), (3, step3)], block=2)
+    blocks = twin_abstention.block_rates([(1, step1), (2, step2), (3, step3)], block=2)
 
     assert [(b.first_step, b.last_step) for b in blocks] == [(1, 2), (3, 3)]
     first = blocks[0]
@@ -50,23 +44,21 @@ def test_rates_per_side_and_block(twins: ModuleType) -> None:
     assert (last.pairs, last.side("unrepairable").rate) == (0, 0.0)
 
 
-def test_same_case_in_two_steps_is_two_groups(twins: ModuleType) -> None:
+def test_same_case_in_two_steps_is_two_groups() -> None:
     steps = [(1, _group("u1", "unrepairable", [True] * 4)), (2, _group("u1", "unrepairable", [False] * 4))]
-    (block,) = twins.block_rates(steps, block=5)
+    (block,) = twin_abstention.block_rates(steps, block=5)
     assert block.side("unrepairable").groups == 2
     assert block.side("unrepairable").all_abstain_groups == 1
 
 
-def test_bad_block_and_missing_rollouts(twins: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_block_and_missing_rollouts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match="block must be >= 1"):
-        twins.block_rates([], block=0)
-    assert twins.main([str(tmp_path)]) == 2
+        twin_abstention.block_rates([], block=0)
+    assert twin_abstention.main([str(tmp_path)]) == 2
     assert "no rollouts/step-* directories" in capsys.readouterr().err
 
 
-def test_reads_real_step_ledgers_and_refuses_an_altered_one(
-    twins: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_reads_real_step_ledgers_and_refuses_an_altered_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
     from contractrl.cli import main as cli
@@ -82,7 +74,7 @@ def test_reads_real_step_ledgers_and_refuses_an_altered_one(
     (run / "rollouts" / "step-notes").mkdir()  # not a step: ignored
     capsys.readouterr()
 
-    assert twins.main([str(run), "--block", "1", "--json"]) == 0
+    assert twin_abstention.main([str(run), "--block", "1", "--json"]) == 0
     blocks = json.loads(capsys.readouterr().out)[str(run)]
     assert [(b["first_step"], b["last_step"]) for b in blocks] == [(1, 1), (2, 2)]
     unrepairable = {s["side"]: s for s in blocks[0]["sides"]}["unrepairable"]
@@ -91,5 +83,5 @@ def test_reads_real_step_ledgers_and_refuses_an_altered_one(
 
     shard = next((run / "rollouts" / "step-000002" / "ledger").glob("shard-*.parquet"))
     shard.write_bytes(shard.read_bytes()[:-1] + b"\x00")
-    assert twins.main([str(run)]) == 2
+    assert twin_abstention.main([str(run)]) == 2
     assert "error:" in capsys.readouterr().err

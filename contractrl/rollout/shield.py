@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.arms import arm_spec
 from ..tasks.cases import ABSTAIN, PublicCase
 from ..validators import PublicState, RepairContract
 from ..validators.apply import apply_patch
@@ -80,7 +80,7 @@ class Choice:
 
 def probe(contract: RepairContract, case: PublicCase, state: PublicState, text: str, arm: str) -> Probe:
     """The contract's transition on ``text`` read for admissibility and acceptance."""
-    whole = arm in WHOLE_OBJECT_ARMS
+    whole = arm_spec(arm).whole_object
     result = (contract.step_object if whole else contract.step)(state, text, finish_reason="stop")
     outcome = result.outcome
     if outcome in _ENDS:
@@ -116,7 +116,7 @@ def enumerated_answers(case: PublicCase, state: PublicState, arm: str, limit: in
     for the whole-object arms the failed call with each patch applied (same evidence, other form)."""
     answers = [ABSTAIN]
     for candidate in enumerate_candidates(case, state, limit)[1:]:
-        if arm not in WHOLE_OBJECT_ARMS:
+        if not arm_spec(arm).whole_object:
             answers.append(canonical_json(list(candidate.ops)))
             continue
         action = parse_action(candidate.text, max_ops=max(len(candidate.ops), 1))

@@ -27,7 +27,8 @@ from ..validators.pointer import format_pointer, parse_pointer, resolve
 
 @dataclass(frozen=True)
 class Observation:
-    """What a policy sees of one episode: the public case and the current public state."""
+    """What a policy sees of one episode: the public case, the current public state and the arm it
+    answers as (the one place a policy learns its arm: prompt, answer form and grammar follow it)."""
 
     case: PublicCase
     state: PublicState

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             shield_k=k,
             shield_enumerate=enumerate_,
         )
-        policy = HFPolicy(model, tokenizer, arm=args.arm, sampling=sampling, name=f"shield-{name}")
+        policy = HFPolicy(model, tokenizer, sampling=sampling, name=f"shield-{name}")
         setup = StudySetup(lambda _, p=policy: p, LocalPool(1), arm=args.arm, model=Path(args.model).name, stage=name)
         start = time.perf_counter()
         run_dir = evaluate(setup, cases, out / name, {"study": "shield", "variant": name})

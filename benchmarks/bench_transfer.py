@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     model_name = Path(args.model).name if Path(args.model).exists() else args.model
     systems = {
         "learned": StudySetup(
-            lambda fb: HFPolicy(model, tokenizer, arm=args.arm, feedback=fb, sampling=sampling, name="smollm2"),
+            lambda fb: HFPolicy(model, tokenizer, feedback=fb, sampling=sampling, name="smollm2"),
             pool,
             arm=args.arm,
             model=model_name,

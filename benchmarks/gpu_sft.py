@@ -248,7 +248,7 @@ def prepare(args: argparse.Namespace) -> int:
 
         def generate(self, observations: Any) -> list[Generation]:
             for o in observations:
-                messages = render_messages(o.case, o.state, o.arm or "contractrl", "same_information", "full")
+                messages = render_messages(o.case, o.state, o.arm, "same_information", "full")
                 self.prompts[o.case.case_id] = render_prompt(messages, tok)
             return [Generation(ABSTAIN) for _ in observations]
 

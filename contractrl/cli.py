@@ -21,7 +21,7 @@ from . import __version__
 from .errors import ConfigError, ContractRLError
 from .io import read_bytes, read_json_file
 from .rollout.prompts import FEEDBACK, MODES
-from .tasks.arms import ARMS, WHOLE_OBJECT_ARMS
+from .tasks.arms import ARMS, DEFAULT_ARM, arm_spec
 from .validators import Budgets, RepairContract, Verifier, VerifierReport, load_contract
 from .validators.contracts import EMPTY_CONTRACT
 from .validators.patch import OP_KINDS
@@ -202,7 +202,7 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         def answer(off: Any) -> str:
             if off.should_abstain:
                 return ABSTAIN
-            return json.dumps(off.target if arm in WHOLE_OBJECT_ARMS else off.target_patch)
+            return json.dumps(off.target if arm_spec(arm).whole_object else off.target_patch)
 
         replay = ReplayPolicy({case_id: [answer(off)] for case_id, off in read_offline(cases_dir).items()})
         return lambda feedback: replay
@@ -229,15 +229,13 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         if args.policy_actors > 0:  # the model loads inside each actor, once
             return _PolicyPools(
                 lambda feedback: ActorPolicy(
-                    PolicySpec(load, arm, args.mode, feedback, sampling, name=preset),
+                    PolicySpec(load, args.mode, feedback, sampling, name=preset),
                     args.policy_actors,
                     num_gpus=args.gpus_per_actor,
                 )
             )
         model, tokenizer = load()
-        return lambda feedback: HFPolicy(
-            model, tokenizer, arm=arm, mode=args.mode, feedback=feedback, sampling=sampling, name=preset
-        )
+        return lambda feedback: HFPolicy(model, tokenizer, mode=args.mode, feedback=feedback, sampling=sampling, name=preset)
     if spec.startswith("selector:"):
         from .selector.policy import SelectorPolicy
 
@@ -709,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay | heuristic | hf:<preset: tiny, smollm2, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b> "
         "| hf:<name-or-path> | selector:<dir>",
     )
-    rollout.add_argument("--arm", default="contractrl", choices=ARMS)
+    rollout.add_argument("--arm", default=DEFAULT_ARM, choices=ARMS)
     rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
     rollout.add_argument("--group", type=int, default=1, help="episodes per case (G)")
     rollout.add_argument("--seed", type=int, default=0)
@@ -732,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay | heuristic | hf:<preset> | hf:<trained model or adapter dir> | selector:<dir>",
     )
     study.add_argument("--cases", help="the held-out case set (noise: generated under --out when not given)")
-    study.add_argument("--arm", default="contractrl", choices=ARMS)
+    study.add_argument("--arm", default=DEFAULT_ARM, choices=ARMS)
     study.add_argument("--stage", default="", help="a label for the policy's training stage, e.g. grpo")
     study.add_argument("--workers", type=int, default=0, help="Ray validator workers (0 = in-process, no Ray)")
     study.add_argument("--seed", type=int, default=0)

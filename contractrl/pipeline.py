@@ -279,7 +279,7 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
         load = functools.partial(
             load_model, str(Path(whole_dir).resolve()), cache_dir=Path(config.train.model.cache_dir).resolve()
         )
-        spec = PolicySpec(load, "constrained", sampling=sampling, name=model_label, cpu_bf16=config.train.model.cpu_bf16)
+        spec = PolicySpec(load, sampling=sampling, name=model_label, cpu_bf16=config.train.model.cpu_bf16)
         policy: Policy = (
             ActorPolicy(spec, whole.policy_actors, num_gpus=whole.gpus_per_actor) if whole.policy_actors else spec.build()
         )
@@ -348,7 +348,7 @@ def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, pro
             shield_k=config.train.eval.shield_k,
             shield_enumerate=config.train.eval.shield_enumerate,
         )
-        policy = HFPolicy(model, tokenizer, arm=arm, sampling=sampling, name=label, cpu_bf16=config.train.model.cpu_bf16)
+        policy = HFPolicy(model, tokenizer, sampling=sampling, name=label, cpu_bf16=config.train.model.cpu_bf16)
         setup = StudySetup(lambda _, p=policy: p, pool, arm=arm, seed=seed, model=label, stage=stage_name, progress=progress)
         evaluate(setup, cases, run_dir, labels)
     return ""

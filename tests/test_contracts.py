@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from contractrl.errors import ContractSpecError
 from contractrl.validators import Code, Verifier, load_contract
+from contractrl.validators.contracts import RULE_KINDS
 
 RULES = load_contract(
     {
@@ -160,3 +163,18 @@ def test_verifier_runs_contracts_after_schema() -> None:
 def test_bad_rule_files_are_clear_errors(spec: object, message: str) -> None:
     with pytest.raises(ContractSpecError, match=message):
         load_contract(spec)
+
+
+def test_each_rule_kind_is_one_entry_of_the_table() -> None:
+    """A kind's keyword, keys, parser and check are one class listed once: the kinds a bad rule is
+    told about are the table's, and a key only another kind takes is refused naming this kind."""
+    assert {type(rule).KIND for rule in RULES.rules} == set(RULE_KINDS)
+    with pytest.raises(
+        ContractSpecError, match=re.escape("rule 0: kind must be one of ['aggregate', 'compare', 'required_if', 'unique']")
+    ):
+        load_contract([{"kind": "magic"}])
+    every_key = set().union(*(kind.KEYS for kind in RULE_KINDS.values()))
+    for name, kind in RULE_KINDS.items():
+        for key in sorted(every_key - kind.KEYS):
+            with pytest.raises(ContractSpecError, match=re.escape(f"unknown fields [{key!r}] for kind {name!r}")):
+                load_contract([{"kind": name, key: "/x"}])

@@ -109,7 +109,7 @@ def test_length_limit_reaches_the_env_as_truncation(tiny: tuple, observations: l
 
 def test_constrained_decoding_emits_schema_shaped_objects(tiny: tuple, observations: list[Observation]) -> None:
     model, tokenizer, _ = tiny
-    policy = HFPolicy(model, tokenizer, arm="constrained", sampling=SamplingConfig(max_new_tokens=200, do_sample=False))
+    policy = HFPolicy(model, tokenizer, sampling=SamplingConfig(max_new_tokens=200, do_sample=False))
     gens = policy.generate([Observation(o.case, o.state, 0, "constrained") for o in observations])
     finished = 0
     for obs, gen in zip(observations, gens, strict=True):
@@ -128,7 +128,7 @@ def test_xgrammar_warnings_reach_the_log_once(
 ) -> None:
     """xgrammar's C++ compiler warns on fd 2 at every compile; the policy routes it through logging."""
     model, tokenizer, _ = tiny
-    policy = HFPolicy(model, tokenizer, arm="constrained", sampling=SamplingConfig(max_new_tokens=8, do_sample=False))
+    policy = HFPolicy(model, tokenizer, sampling=SamplingConfig(max_new_tokens=8, do_sample=False))
     schema = {"type": "object", "properties": {"ref": {"type": "string", "pattern": "^(?!/)[a-q]+$"}}, "required": ["ref"]}
     capfd.readouterr()
     with caplog.at_level(logging.DEBUG, logger="contractrl.rollout.native_log"):

@@ -11,7 +11,7 @@ import pytest
 
 from contractrl.rollout.env import RepairEnv
 from contractrl.rollout.known_rejected import known_rejected, rejected_objects
-from contractrl.tasks.arms import ARMS, WHOLE_OBJECT_ARMS
+from contractrl.tasks.arms import ARMS, arm_spec
 from contractrl.tasks.cases import Case
 from contractrl.tasks.corruptions import iter_leaves
 from contractrl.tasks.demonstrations import rejected_attempt
@@ -92,7 +92,7 @@ def test_a_text_the_parser_refused_is_known_to_fail_when_resent_verbatim(arm: st
     case = _first("missing_required")
     env = RepairEnv(case.public, arm)
     state = env.reset()
-    gold = json.dumps(case.offline.target if arm in WHOLE_OBJECT_ARMS else case.offline.target_patch)
+    gold = json.dumps(case.offline.target if arm_spec(arm).whole_object else case.offline.target_patch)
     malformed = _dropped_brace(gold)
     assert not known_rejected(malformed, case.public, state, arm)  # never sent: not judged
     state, record = env.step(malformed)
@@ -105,7 +105,7 @@ def test_a_text_the_parser_refused_is_known_to_fail_when_resent_verbatim(arm: st
     assert again.outcome == record.outcome
 
 
-@pytest.mark.parametrize("arm", WHOLE_OBJECT_ARMS)
+@pytest.mark.parametrize("arm", [arm for arm in ARMS if arm_spec(arm).whole_object])
 def test_whole_object_arms_know_the_failed_call_and_their_rejected_objects(arm: str) -> None:
     case = _first("constraint_violation")
     env = RepairEnv(case.public, arm)
@@ -142,8 +142,8 @@ def test_an_answer_known_to_fail_is_never_one_the_validator_accepts(arm: str) ->
         earlier = rejected_attempt(case, arm)
         if earlier is None:
             continue
-        gold = json.dumps(case.offline.target if arm in WHOLE_OBJECT_ARMS else case.offline.target_patch)
-        answers = _answers(case, rng) if arm not in WHOLE_OBJECT_ARMS else [earlier, gold]
+        gold = json.dumps(case.offline.target if arm_spec(arm).whole_object else case.offline.target_patch)
+        answers = _answers(case, rng) if not arm_spec(arm).whole_object else [earlier, gold]
         # every answer after a typical rejected first attempt and after a malformed one, that attempt resent too
         for first_text in (earlier, _dropped_brace(gold)):
             env = RepairEnv(case.public, arm)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from contractrl.rollout.env import RepairEnv, contract_for
 from contractrl.rollout.shield import MAX_ENUMERATED, Choice, Probe, choose, enumerated_answers, probe
-from contractrl.tasks.arms import ARMS, WHOLE_OBJECT_ARMS
+from contractrl.tasks.arms import ARMS, arm_spec
 from contractrl.tasks.cases import ABSTAIN
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.validators.codes import PATCH_CODES, Code
@@ -38,7 +38,7 @@ def _mutations(case: Any, state: Any, arm: str) -> st.SearchStrategy[str]:
     bad = ["", "{", "[]", '[{"op":"replace","path":"","value":{}}]', '[{"op":"remove","path":"/nope/deeper"}]', "I cannot"]
     bad += [f'[{{"op":"replace","path":"{p}","value":"x"}}]' for p in case.immutable]
     bad += [text[:-1] for text in listed if len(text) > 2]
-    if arm not in WHOLE_OBJECT_ARMS and len(listed) > 2:
+    if not arm_spec(arm).whole_object and len(listed) > 2:
         ops = [op for text in listed[1:] for op in json.loads(text)]
         bad.append(canonical_json(ops * 2))
     return st.sampled_from(listed + bad)
@@ -180,9 +180,7 @@ def _shielded_run(tiny: tuple[Any, Any], out: Path, k: int, workers: int, arm: s
     from contractrl.rollout.runner import EpisodeRunner, LocalPool
 
     model, tokenizer = tiny
-    policy = HFPolicy(
-        model, tokenizer, arm=arm, sampling=SamplingConfig(max_new_tokens=12, batch_size=4, do_sample=False, shield_k=k)
-    )
+    policy = HFPolicy(model, tokenizer, sampling=SamplingConfig(max_new_tokens=12, batch_size=4, do_sample=False, shield_k=k))
     runner = EpisodeRunner(policy, LocalPool(workers), arm=arm, max_inflight=5)
     return write_run(out, {"policy": "tiny"}, runner, [c.public for c in CASES[:13]], group=1, seed=7)
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from ..rollout.env import masked_actions
 from ..rollout.ledger import IDENTITY_COLUMNS
-from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.arms import arm_spec
 from ..tasks.cases import OfflineCase, PublicCase
 from ..validators.attempts import AttemptClass
 from ..validators.jsonvalue import canonical_json, json_equal
@@ -159,7 +159,7 @@ def episode_metrics(row: dict[str, Any], public: PublicCase, offline: OfflineCas
     accepted = bool(row["accepted"])
     abstained = bool(row["abstained"])
     dispatched = row.get("dispatched") if accepted else None
-    whole_object = row["arm"] in WHOLE_OBJECT_ARMS
+    whole_object = arm_spec(row["arm"]).whole_object
     ops = accepted_ops(row)
     pointer_fix: bool | None
     if offline.should_abstain:

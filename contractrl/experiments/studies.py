@@ -30,6 +30,7 @@ from ..rollout.policies import Policy
 from ..rollout.prompts import FEEDBACK
 from ..rollout.run import RolloutRun, write_run
 from ..rollout.runner import EpisodeRunner, WorkerPool
+from ..tasks.arms import DEFAULT_ARM
 from ..tasks.cases import Case, PublicCase
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CLEAN_FAMILIES, NOISE_FAMILIES
@@ -48,7 +49,7 @@ class StudySetup:
 
     make_policy: Callable[[str], Policy]  # feedback variant -> policy
     pool: WorkerPool
-    arm: str = "contractrl"
+    arm: str = DEFAULT_ARM
     seed: int = 0
     model: str = ""
     stage: str = ""
@@ -207,8 +208,8 @@ def transfer_study(
         model, tokenizer = load_model(result.model_dir, cache_dir=config.model.cache_dir)
         arm = config.grpo.arm
 
-        def make_policy(feedback: str, model: Any = model, tokenizer: Any = tokenizer, arm: str = arm) -> Policy:
-            return HFPolicy(model, tokenizer, arm=arm, feedback=feedback, sampling=sampling, name="hf")
+        def make_policy(feedback: str, model: Any = model, tokenizer: Any = tokenizer) -> Policy:
+            return HFPolicy(model, tokenizer, feedback=feedback, sampling=sampling, name="hf")
 
         labels = {"study": "transfer", "condition": f"heldout={heldout}", "heldout_tool_family": heldout}
         labels["train_tool_families"] = "+".join(trained_on)

@@ -32,7 +32,7 @@ from ..rollout.env import EpisodeLog, RepairEnv
 from ..rollout.ledger import LedgerFrozenError, LedgerWriter, read_manifest
 from ..rollout.policies import Observation, Policy
 from ..rollout.run import new_manifest, write_manifest
-from ..tasks.arms import ARMS
+from ..tasks.arms import DEFAULT_ARM, arm_spec
 from ..tasks.cases import PublicCase
 from ..validators import Budgets, Code, VerifierReport, parse_json_text
 from ..validators.jsonvalue import canonical_json, sha256_json
@@ -90,13 +90,12 @@ class RepairGate:
         contracts: Mapping[str, Any] | None = None,
         immutable: Mapping[str, Any] | None = None,
         budgets: GateBudgets = GateBudgets(),
-        arm: str = "contractrl",
+        arm: str = DEFAULT_ARM,
         seed: int = 0,
         hf: HFOptions = HFOptions(),
         shard_rows: int = 100,
     ) -> None:
-        if arm not in ARMS:
-            raise ConfigError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+        arm_spec(arm)  # an unknown arm is a ConfigError before anything loads
         if shard_rows < 1:
             raise ConfigError(f"shard_rows must be >= 1, got {shard_rows}")
         self.tools: dict[str, GateTool] = parse_tools(tools, contracts, immutable)

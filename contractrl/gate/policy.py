@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..rollout.policies import HeuristicPolicy, Policy
-from ..tasks.arms import ARMS
+from ..tasks.arms import DEFAULT_ARM, arm_spec
 
 MODELS_DIR = Path("runs/models")
 
@@ -53,10 +53,9 @@ def hf_model_target(spec: str) -> tuple[str, str]:
     return (f"hf:{Path(preset).resolve()}" if Path(preset).exists() else spec), preset
 
 
-def policy_from_spec(spec: str, *, arm: str = "contractrl", hf: HFOptions = HFOptions()) -> Policy:
+def policy_from_spec(spec: str, *, arm: str = DEFAULT_ARM, hf: HFOptions = HFOptions()) -> Policy:
     """The policy named by ``spec``; an unknown spec or a model that cannot load is a ConfigError."""
-    if arm not in ARMS:
-        raise ConfigError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+    arm_spec(arm)  # an unknown arm is a ConfigError before a model loads
     if spec == "heuristic":
         return HeuristicPolicy()
     if spec.startswith("selector:"):
@@ -76,7 +75,7 @@ def policy_from_spec(spec: str, *, arm: str = "contractrl", hf: HFOptions = HFOp
             shield_k=hf.shield_k,
             enumerate_candidates=hf.enumerate,
         )
-        return HFPolicy(model, tokenizer, arm=arm, mode=hf.mode, feedback=hf.feedback, sampling=sampling, name=name)
+        return HFPolicy(model, tokenizer, mode=hf.mode, feedback=hf.feedback, sampling=sampling, name=name)
     raise ConfigError(f"unknown gate policy {spec!r}; use heuristic, selector:<dir> or hf:<name-or-path>")
 
 

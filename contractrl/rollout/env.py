@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..tasks.arms import ARMS, WHOLE_OBJECT_ARMS
+from ..tasks.arms import DEFAULT_ARM, arm_spec
 from ..tasks.cases import PublicCase
 from ..tasks.catalog import make_sandbox
 from ..validators import Budgets, Code, PublicState, RepairContract, Verifier, VerifierReport, load_contract
@@ -93,11 +92,9 @@ def contract_for(case: PublicCase) -> RepairContract:
 class RepairEnv:
     """reset(public case) -> state; step(action text) -> (state, step record)."""
 
-    def __init__(self, case: PublicCase, arm: str = "contractrl") -> None:
-        if arm not in ARMS:
-            raise ConfigError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+    def __init__(self, case: PublicCase, arm: str = DEFAULT_ARM) -> None:
         self.case = case
-        self.whole_object = arm in WHOLE_OBJECT_ARMS
+        self.whole_object = arm_spec(arm).whole_object
         self.contract = contract_for(case)
         self.state: PublicState | None = None
         self.log = EpisodeLog()

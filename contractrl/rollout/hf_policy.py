@@ -1,7 +1,8 @@
 """Hugging Face causal-LM policy: batched sampling, per-token log-probs, JSON-aware stopping,
 schema-constrained decoding (xgrammar) for the constrained-decoding arm, and shielded decisions.
 
-The policy renders each observation with the arm's prompt and the tokenizer's chat template,
+The policy renders each observation with its arm's prompt (the arm comes with the observation;
+a grammar arm's batch decodes under the schema's grammar) and the tokenizer's chat template,
 generates for the whole batch at once, and returns per sequence the text, the generated token ids,
 their log-probabilities under the (temperature-scaled) policy, token counts and whether generation
 stopped on its length limit, which the parser then reports as ``truncated``.
@@ -22,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
+from ..tasks.arms import arm_spec
 from ..tasks.cases import PublicCase
 from ..validators import RepairContract
 from ..validators.jsonvalue import canonical_json
@@ -99,21 +102,17 @@ class HFPolicy:
         model: Any,
         tokenizer: Any,
         *,
-        arm: str = "contractrl",
         mode: str = "same_information",
         feedback: str = "full",
         sampling: SamplingConfig = SamplingConfig(),
-        constrained: bool | None = None,
         name: str = "hf",
         cpu_bf16: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.arm = arm
         self.mode = mode
         self.feedback = feedback
         self.sampling = sampling
-        self.constrained = arm == "constrained" if constrained is None else constrained
         self.name = name
         self.cpu_bf16 = cpu_bf16  # bf16 products on a CPU that has them natively (cpu.py)
         self._grammars: dict[str, Any] = {}
@@ -133,10 +132,7 @@ class HFPolicy:
     def _encode(self, observations: Sequence[Observation]) -> tuple[Any, list[int], list[tuple[int, ...]]]:
         """The batch's prompts, left-padded: the encoding, each prompt's token count and its ids."""
         tok = self.tokenizer
-        prompts = [
-            render_prompt(render_messages(o.case, o.state, o.arm or self.arm, self.mode, self.feedback), tok)
-            for o in observations
-        ]
+        prompts = [render_prompt(render_messages(o.case, o.state, o.arm, self.mode, self.feedback), tok) for o in observations]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
         width = enc["input_ids"].shape[1]
         counts = enc["attention_mask"].sum(dim=1).tolist()
@@ -155,6 +151,7 @@ class HFPolicy:
         tok = self.tokenizer
         enc, prompt_tokens, prompt_ids = self._encode(observations)
         prompt_len = enc["input_ids"].shape[1]
+        constrained = _grammar(observations)
 
         class _JsonStop(StoppingCriteria):
             def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
@@ -162,7 +159,7 @@ class HFPolicy:
                 return torch.tensor([answer_complete(t) for t in texts], device=input_ids.device)
 
         processors = LogitsProcessorList()
-        if self.constrained:
+        if constrained:
             processors.append(self._grammar_processor([o.case.schema for o in observations]))
         torch.manual_seed(self._seed(observations))
         s = self.sampling
@@ -177,7 +174,7 @@ class HFPolicy:
                 logits_processor=processors,
                 # under a grammar the answer ends with EOS, which the grammar forces once the object is
                 # complete; stopping earlier would feed padding to the grammar matcher
-                stopping_criteria=StoppingCriteriaList([] if self.constrained else [_JsonStop()]),
+                stopping_criteria=StoppingCriteriaList([] if constrained else [_JsonStop()]),
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
                 return_dict_in_generate=True,
@@ -222,17 +219,17 @@ class HFPolicy:
 
         start = time.perf_counter()
         tok, s = self.tokenizer, self.sampling
-        arms = [o.arm or self.arm for o in observations]
         enc, prompt_tokens, prompt_ids = self._encode(observations)
+        constrained = _grammar(observations)
         processors = None
-        if self.constrained:
+        if constrained:
             from transformers import LogitsProcessorList
 
             schemas = [o.case.schema for o in observations for _ in range(s.shield_k)]
             processors = LogitsProcessorList([self._grammar_processor(schemas)])
 
         def complete(ids: list[int]) -> bool:  # under a grammar the answer ends on the EOS it forces
-            return not self.constrained and answer_complete(tok.decode(ids, skip_special_tokens=True))
+            return not constrained and answer_complete(tok.decode(ids, skip_special_tokens=True))
 
         with torch.no_grad(), compute_context(self.model, self.cpu_bf16):
             prefix = prefill(self.model, enc["input_ids"], enc["attention_mask"])
@@ -249,7 +246,7 @@ class HFPolicy:
                 greedy_first=not s.do_sample,
                 processors=processors,
             )
-            lists = [self._shield_candidates(o, a, d) for o, a, d in zip(observations, arms, decoded, strict=True)]
+            lists = [self._shield_candidates(o, d) for o, d in zip(observations, decoded, strict=True)]
             wanted = [(row, c.token_ids) for row, listed in enumerate(lists) for c in listed if c.decoded is None]
             temperature = s.temperature if s.do_sample and s.temperature > 0 else 1.0
             scored = iter(score_texts(self.model, prefix, wanted, temperature))
@@ -259,9 +256,9 @@ class HFPolicy:
                     score, logprobs = next(scored)
                     listed[index] = dataclasses.replace(candidate, score=score, logprobs=logprobs)
         generations = []
-        for row, (o, arm, listed, answers) in enumerate(zip(observations, arms, lists, decoded, strict=True)):
+        for row, (o, listed, answers) in enumerate(zip(observations, lists, decoded, strict=True)):
             contract = self._contract(o.case)
-            probes = [probe(contract, o.case, o.state, c.text, arm) for c in listed]
+            probes = [probe(contract, o.case, o.state, c.text, o.arm) for c in listed]
             choice = choose([c.text for c in listed], [c.score for c in listed], probes, o.state.attempts_left)
             chosen = listed[choice.index] if choice.index is not None else _ShieldCandidate(ABSTAIN, (), (), 0.0, None)
             generations.append(
@@ -280,7 +277,7 @@ class HFPolicy:
         release_memory()
         return [dataclasses.replace(g, gen_s=share) for g in generations]
 
-    def _shield_candidates(self, o: Observation, arm: str, answers: Sequence[Decoded]) -> list[_ShieldCandidate]:
+    def _shield_candidates(self, o: Observation, answers: Sequence[Decoded]) -> list[_ShieldCandidate]:
         """The model's distinct proposals, then ABSTAIN and the enumerated candidates it did not
         propose (to be scored), each once by :func:`answer_key`."""
         tok = self.tokenizer
@@ -292,7 +289,7 @@ class HFPolicy:
                 answer_key(text), _ShieldCandidate(text, answer.token_ids[:keep], answer.logprobs[:keep], answer.score, answer)
             )
         extra = (
-            enumerated_answers(o.case, o.state, arm, contract=self._contract(o.case))
+            enumerated_answers(o.case, o.state, o.arm, contract=self._contract(o.case))
             if self.sampling.shield_enumerate
             else [ABSTAIN]
         )
@@ -335,6 +332,15 @@ class _ShieldCandidate:
     logprobs: tuple[float, ...]
     score: float
     decoded: Decoded | None
+
+
+def _grammar(observations: Sequence[Observation]) -> bool:
+    """Whether this batch decodes under the schema's grammar: its observations' arm says so. One
+    generation call cannot mix grammar and free decoding, so a batch that would is refused."""
+    wanted = {arm_spec(o.arm).grammar for o in observations}
+    if len(wanted) > 1:
+        raise ConfigError(f"one generation batch mixes arms with and without a grammar: {sorted({o.arm for o in observations})}")
+    return wanted == {True}
 
 
 def plan_batches(observations: Sequence[Observation], size: int) -> list[list[int]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.arms import arm_spec
 from ..tasks.cases import PublicCase
 from ..validators import PublicState
 from ..validators.apply import apply_patch
@@ -31,7 +31,7 @@ def rejected_objects(case: PublicCase, state: PublicState, arm: str) -> list[Any
     """The failed call and every object an earlier attempt of this episode made and the validator
     rejected (the episode is still running, so each of them was)."""
     seen = [case.candidate]
-    if arm in WHOLE_OBJECT_ARMS:
+    if arm_spec(arm).whole_object:
         for record in state.history:
             parsed = parse_response(record.raw)
             if parsed.is_value:
@@ -50,7 +50,7 @@ def rejected_objects(case: PublicCase, state: PublicState, arm: str) -> list[Any
 
 def known_rejected(text: str, case: PublicCase, state: PublicState, arm: str) -> bool:
     """Whether ``text`` is an answer the validator would reject because it already has."""
-    if arm in WHOLE_OBJECT_ARMS:
+    if arm_spec(arm).whole_object:
         # a text sent before was refused by the parser, or made an object the validator rejected
         if any(record.raw.strip() == text.strip() for record in state.history):
             return True

@@ -15,7 +15,7 @@ from difflib import get_close_matches
 from typing import Any, Protocol
 
 from ..errors import ConfigError
-from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.arms import DEFAULT_ARM, arm_spec
 from ..tasks.cases import ABSTAIN, PublicCase
 from ..tasks.catalog import all_tools
 from ..validators import PublicState
@@ -27,12 +27,13 @@ from ..validators.pointer import format_pointer, parse_pointer, resolve
 
 @dataclass(frozen=True)
 class Observation:
-    """What a policy sees of one episode: the public case and the current public state."""
+    """What a policy sees of one episode: the public case, the current public state and the arm it
+    answers as (the one place a policy learns its arm: prompt, answer form and grammar follow it)."""
 
     case: PublicCase
     state: PublicState
     sample: int
-    arm: str = "contractrl"
+    arm: str = DEFAULT_ARM
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class HeuristicPolicy:
     def respond(self, obs: Observation) -> str:
         """A patch for the patch arms; for the whole-object arms, the candidate with that patch applied."""
         text = self.act(obs.case, obs.state)
-        if obs.arm not in WHOLE_OBJECT_ARMS or text == ABSTAIN:
+        if not arm_spec(obs.arm).whole_object or text == ABSTAIN:
             return text
         action = parse_action(text, max_ops=len(json.loads(text)))
         applied = apply_patch(obs.state.candidate, action.ops) if isinstance(action, PatchAction) else None

@@ -29,7 +29,6 @@ class PolicySpec:
     """Everything an actor needs to build the same :class:`HFPolicy` the driver would."""
 
     load: ModelFactory
-    arm: str = "contractrl"
     mode: str = "same_information"
     feedback: str = "full"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -45,7 +44,6 @@ class PolicySpec:
         return HFPolicy(
             model,
             tokenizer,
-            arm=self.arm,
             mode=self.mode,
             feedback=self.feedback,
             sampling=self.sampling,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..errors import ConfigError
-from ..tasks.arms import ARMS
+from ..tasks.arms import arm_spec
 from ..tasks.cases import PublicCase
 from ..validators import PublicState
 from ..validators.codes import Code
@@ -49,23 +49,7 @@ _KEPT_CHARS = 120
 # the errors block recalls only their start
 _REPORT_CHARS = 48
 
-_WHOLE_OBJECT_SYSTEM = "Fix the failed tool call. Reply with the complete corrected arguments as one JSON object only."
-_SYSTEM = {
-    "full_regen": _WHOLE_OBJECT_SYSTEM,
-    "constrained": _WHOLE_OBJECT_SYSTEM,
-    "patch_sft": "Repair the failed tool call. Reply with one RFC 6902 JSON Patch array only.",
-    "contractrl": (
-        "Repair the failed tool call. Reply with one small RFC 6902 JSON Patch array, or ABSTAIN if the request lacks "
-        "what the repair needs. Never change immutable paths."
-    ),
-}
-# which public blocks each arm sees in case-matched mode (Table 7)
-_CASE_MATCHED = {
-    "full_regen": ("request", "schema", "candidate"),
-    "constrained": ("request", "schema", "candidate"),
-    "patch_sft": ("request", "schema", "candidate", "errors"),
-    "contractrl": ("request", "schema", "candidate", "errors", "immutable", "budget", "history"),
-}
+# every arm's blocks in same-information mode (an arm's own, for case-matched mode, are in its ArmSpec)
 _SAME_INFORMATION = ("request", "schema", "candidate", "errors", "history")
 
 
@@ -75,9 +59,7 @@ class ChatTokenizer(Protocol):
     def apply_chat_template(self, conversation: list[dict[str, str]], **kwargs: Any) -> Any: ...
 
 
-def _check(arm: str, mode: str, feedback: str = "full") -> None:
-    if arm not in ARMS:
-        raise ConfigError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+def _check(mode: str, feedback: str = "full") -> None:
     if mode not in MODES:
         raise ConfigError(f"unknown prompt mode {mode!r}; choose from {', '.join(MODES)}")
     if feedback not in FEEDBACK:
@@ -142,8 +124,9 @@ def render_blocks(
     case: PublicCase, state: PublicState, arm: str, mode: str = "same_information", feedback: str = "full"
 ) -> dict[str, str]:
     """The named public blocks an arm sees, in order."""
-    _check(arm, mode, feedback)
-    wanted = _SAME_INFORMATION if mode == "same_information" else _CASE_MATCHED[arm]
+    spec = arm_spec(arm)
+    _check(mode, feedback)
+    wanted = _SAME_INFORMATION if mode == "same_information" else spec.blocks
     if feedback == "context_only":
         wanted = tuple(name for name in wanted if name != "errors")
     if not state.history:  # the first decision: no history block (the same absence for every arm)
@@ -179,7 +162,7 @@ def render_messages(
     """System and user messages for one decision."""
     blocks = render_blocks(case, state, arm, mode, feedback)
     body = f"Tool: {case.tool}\n" + "\n".join(f"{_TITLES[name]}:\n{text}" for name, text in blocks.items())
-    return [{"role": "system", "content": _SYSTEM[arm]}, {"role": "user", "content": body}]
+    return [{"role": "system", "content": arm_spec(arm).system}, {"role": "user", "content": body}]
 
 
 def render_prompt(messages: list[dict[str, str]], tokenizer: ChatTokenizer | None = None) -> str:

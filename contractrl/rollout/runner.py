@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..tasks.arms import DEFAULT_ARM
 from ..tasks.cases import PublicCase
 from ..validators import PublicState
 from .policies import Generation, Observation, Policy
@@ -90,7 +91,7 @@ class EpisodeRunner:
         policy: Policy,
         pool: WorkerPool,
         *,
-        arm: str = "contractrl",
+        arm: str = DEFAULT_ARM,
         max_inflight: int = 256,
         max_restarts: int = 3,
         after_round: Callable[[int, WorkerPool], None] | None = None,

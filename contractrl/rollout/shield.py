@@ -39,7 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.arms import arm_spec
 from ..tasks.cases import ABSTAIN, PublicCase
 from ..validators import PublicState, RepairContract
 from ..validators.apply import apply_patch
@@ -86,7 +86,7 @@ class Choice:
 
 def probe(contract: RepairContract, case: PublicCase, state: PublicState, text: str, arm: str) -> Probe:
     """The contract's transition on ``text`` read for admissibility and acceptance."""
-    whole = arm in WHOLE_OBJECT_ARMS
+    whole = arm_spec(arm).whole_object
     result = (contract.step_object if whole else contract.step)(state, text, finish_reason="stop")
     outcome = result.outcome
     if outcome in _ENDS:
@@ -129,7 +129,7 @@ def enumerated_answers(
     verified = recheck(contract, state) if contract is not None else ()
     answers = [ABSTAIN]
     for candidate in enumerate_candidates(case, state, limit, verified)[1:]:
-        if arm not in WHOLE_OBJECT_ARMS:
+        if not arm_spec(arm).whole_object:
             answers.append(canonical_json(list(candidate.ops)))
             continue
         action = parse_action(candidate.text, max_ops=max(len(candidate.ops), 1))

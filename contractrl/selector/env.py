@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..evidence.judge import Judge
 from ..rollout.env import RepairEnv, episode_row
 from ..rollout.ledger import row_hash
+from ..tasks.arms import DEFAULT_ARM
 from ..tasks.cases import PublicCase
 from ..tasks.store import read_public
 from ..trainer.config import RewardConfig
@@ -129,7 +130,7 @@ class SelectorEnv(gym.Env[dict[str, np.ndarray], np.int64]):
             self._decision = decide(env.case, env.contract, state, self.size)
             info["candidates"] = len(self._decision.candidates)
             return self._decision.obs, 0.0, False, False, info
-        row = episode_row(env.case, env.log, arm="contractrl", policy=POLICY_NAME, seed=0, sample=0)
+        row = episode_row(env.case, env.log, arm=DEFAULT_ARM, policy=POLICY_NAME, seed=0, sample=0)
         reward, success = self.scorer.score(row)
         # the row's own hash (not the chain head, which depends on the episodes before it)
         info.update({"success": success, "row_hash": row_hash(_GENESIS, row), "final_outcome": row["outcome"]})

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..rollout.policies import Generation, Observation
-from ..tasks.arms import PATCH_ARMS
+from ..tasks.arms import DEFAULT_ARM, PATCH_ARMS, arm_spec
 from ..validators import RepairContract
 from .features import CANDIDATE_FEATURES, STATE_FEATURES
 from .observe import OBS_KEYS, contract_for, decide
@@ -54,8 +54,8 @@ def greedy(logits: np.ndarray) -> np.ndarray:
 class SelectorPolicy:
     """Chooses among enumerated candidates with a trained module (no language model)."""
 
-    def __init__(self, module: Any, candidates: int, name: str = "selector", arm: str = "contractrl") -> None:
-        if arm not in PATCH_ARMS:
+    def __init__(self, module: Any, candidates: int, name: str = "selector", arm: str = DEFAULT_ARM) -> None:
+        if arm_spec(arm).whole_object:
             raise ConfigError(f"a selector answers with patches; use a patch arm ({', '.join(sorted(PATCH_ARMS))}), not {arm}")
         self.module = module
         self.size = candidates
@@ -63,7 +63,7 @@ class SelectorPolicy:
         self._contracts: dict[str, RepairContract] = {}
 
     @classmethod
-    def load(cls, path: str | Path, arm: str = "contractrl") -> SelectorPolicy:
+    def load(cls, path: str | Path, arm: str = DEFAULT_ARM) -> SelectorPolicy:
         directory = Path(path)
         meta_path = directory / SELECTOR_FILE
         if not meta_path.is_file():

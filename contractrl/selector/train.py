@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..evidence.judge import Judge
 from ..rollout.run import new_manifest, read_manifest, write_manifest, write_run
 from ..rollout.runner import EpisodeRunner, LocalPool
+from ..tasks.arms import DEFAULT_ARM
 from ..tasks.cases import Case
 from ..trainer.entry import prepare_cases
 from ..trainer.tracking import MetricsTable, Tracker
@@ -100,7 +101,7 @@ def build_algorithm(config: SelectorConfig, train_dir: Path) -> Any:
 
 def evaluate(policy: SelectorPolicy, cases: list[Case], judge: Judge, run_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
     """Greedy episodes of the held-out cases into a frozen ledger, then the judge's verdicts."""
-    runner = EpisodeRunner(policy, LocalPool(1), arm="contractrl")
+    runner = EpisodeRunner(policy, LocalPool(1), arm=DEFAULT_ARM)
     start = time.perf_counter()
     digest = write_run(run_dir, config, runner, [c.public for c in cases], group=1, seed=0, labels={"stage": "selector"})
     wall = time.perf_counter() - start
@@ -200,7 +201,7 @@ def train_selector(
     metrics = MetricsTable(out, keep_rows=state["metrics_rows"])
     tracker = Tracker(config.wandb, out, to_dict(config), state.get("wandb_run_id"), name=f"selector-{out.name}")
     state["wandb_run_id"] = tracker.run_id
-    eval_config = {"policy": "selector", "arm": "contractrl", "cases": "eval", "seed": 0}
+    eval_config = {"policy": "selector", "arm": DEFAULT_ARM, "cases": "eval", "seed": 0}
     bar = tqdm(total=config.ppo.iterations, initial=state["iteration"], desc="ppo", unit="it", disable=not progress)
     try:
         while state["iteration"] < config.ppo.iterations:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..validators.jsonvalue import canonical_json
 from ..validators.pointer import format_pointer, parse_pointer, resolve
-from .arms import ARMS, PATCH_ARMS, WHOLE_OBJECT_ARMS
+from .arms import ARM_SPECS, ARMS, arm_spec
 from .cases import ABSTAIN, Case, PublicCase
 from .contrast import contrast_case
 
@@ -56,11 +56,10 @@ class Demonstration:
 def gold_answer(case: Case, arm: str) -> str:
     if case.offline.should_abstain:
         return ABSTAIN
-    if arm in PATCH_ARMS:
-        return canonical_json(case.offline.target_patch)
-    if arm in WHOLE_OBJECT_ARMS:
-        return canonical_json(case.offline.target)
-    raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(ARMS)}")
+    spec = ARM_SPECS.get(arm)
+    if spec is None:
+        raise ConfigError(f"no demonstrations for arm {arm!r}; choose from {', '.join(ARMS)}")
+    return canonical_json(case.offline.target if spec.whole_object else case.offline.target_patch)
 
 
 def rejected_attempt(case: Case, arm: str, *, root_fallback: bool = False) -> str | None:
@@ -76,7 +75,7 @@ def rejected_attempt(case: Case, arm: str, *, root_fallback: bool = False) -> st
     A report without a pointer gives None, unless ``root_fallback``: then the candidate's first
     member (in sorted order) is put back unchanged, the guess of a policy that cannot locate it.
     """
-    if arm in WHOLE_OBJECT_ARMS:
+    if arm_spec(arm).whole_object:
         return canonical_json(case.public.candidate)
     errors = case.public.report.get("errors") or []
     if not errors:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from ..configtree import check, setting
 from ..errors import ConfigError
-from ..tasks.arms import PATCH_ARMS
+from ..tasks.arms import DEFAULT_ARM, PATCH_ARMS, GrpoArm, SftArm
 from ..tasks.audit import UNITS
 from ..tasks.bfcl_wheel import check_trainable
 from ..tasks.catalog import TOOL_FAMILIES
@@ -24,7 +24,6 @@ from ..tasks.corruptions import CORRUPTION_FAMILIES
 from ..tasks.sources import check_source
 from .presets import PRESETS, TinyConfig
 
-TrainArm = Literal["contractrl", "patch_sft", "full_regen"]
 Stage = Literal["sft", "grpo"]
 
 
@@ -200,7 +199,7 @@ class SFTConfig:
     steps: int = setting(60, help="optimizer steps")
     batch_size: int = setting(4, help="demonstrations per step")
     micro_batch_size: int = setting(4, help="demonstrations per forward/backward (gradient accumulation above it)")
-    arm: TrainArm = setting("patch_sft", help="whose prompt and gold answer to learn: a patch arm, or full_regen")
+    arm: SftArm = setting("patch_sft", help="whose prompt and gold answer to learn: a patch arm, or full_regen")
     max_tokens: int = setting(
         2048, help="leave out (with a warning) demonstrations longer than this: one outlier sets a step's memory"
     )
@@ -295,7 +294,7 @@ class GRPOConfig:
         "candidates, one committed; the loss applies to the committed answer's tokens (0: blind sampling; "
         "rollout/shield.py)",
     )
-    arm: Literal["contractrl", "patch_sft"] = setting("contractrl", help="the prompt GRPO trains (a patch arm)")
+    arm: GrpoArm = setting(DEFAULT_ARM, help="the prompt GRPO trains (a patch arm)")
     families: tuple[str, ...] = setting(
         CORRUPTION_FAMILIES,
         help="corruption families GRPO draws its training cases from (SFT sees them all); leaving out "

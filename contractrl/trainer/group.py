@@ -118,11 +118,11 @@ class LearnerGroup:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def generate(self, observations: Sequence[Observation], sampling: SamplingConfig, arm: str) -> list[Generation]:
+    def generate(self, observations: Sequence[Observation], sampling: SamplingConfig) -> list[Generation]:
         if not self.use_ray or self.generator is not None:
-            return list(self._generator_call("generate", list(observations), sampling, arm))
+            return list(self._generator_call("generate", list(observations), sampling))
         out: list[Generation] = []
-        for shard_result in self._all("generate", [(s, sampling, arm) for s in _shards(observations, self.world_size)]):
+        for shard_result in self._all("generate", [(s, sampling) for s in _shards(observations, self.world_size)]):
             out.extend(shard_result)
         return out
 
@@ -175,16 +175,16 @@ class LearnerGroup:
 
 
 class GroupPolicy:
-    """The rollout runner's policy: observations go to whichever actor holds the current weights."""
+    """The rollout runner's policy: observations go to whichever actor holds the current weights
+    (each observation carries its arm)."""
 
-    def __init__(self, group: LearnerGroup, sampling: SamplingConfig, arm: str, name: str) -> None:
+    def __init__(self, group: LearnerGroup, sampling: SamplingConfig, name: str) -> None:
         self.group = group
         self.sampling = sampling
-        self.arm = arm
         self.name = name
 
     def generate(self, observations: Sequence[Observation]) -> list[Generation]:
-        return self.group.generate(observations, self.sampling, self.arm)
+        return self.group.generate(observations, self.sampling)
 
 
 __all__ = ["GroupPolicy", "LearnerGroup"]

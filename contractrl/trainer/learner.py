@@ -145,13 +145,11 @@ class Learner:
         """The dtype this learner's matrix products run in (``model.cpu_bf16`` as this CPU honours it)."""
         return product_dtype(self.model, self.config.model.cpu_bf16)
 
-    def generate(self, observations: Sequence[Observation], sampling: SamplingConfig, arm: str) -> list[Generation]:
+    def generate(self, observations: Sequence[Observation], sampling: SamplingConfig) -> list[Generation]:
         import torch
 
         self.model.eval()
-        policy = HFPolicy(
-            self.model, self.tokenizer, arm=arm, sampling=sampling, name="learner", cpu_bf16=self.config.model.cpu_bf16
-        )
+        policy = HFPolicy(self.model, self.tokenizer, sampling=sampling, name="learner", cpu_bf16=self.config.model.cpu_bf16)
         with torch.no_grad():
             out = policy.generate(list(observations))
         self.model.train()

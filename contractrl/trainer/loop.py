@@ -367,7 +367,7 @@ class Trainer:
             seed=derived_seed(self.config.seed, "grpo", step),
             shield_k=cfg.shield_k,
         )
-        policy = GroupPolicy(self.group, sampling, cfg.arm, name=f"grpo@{step}")
+        policy = GroupPolicy(self.group, sampling, name=f"grpo@{step}")
         episodes = EpisodeRunner(policy, self.pool, arm=cfg.arm).run_episodes(cases, group=cfg.group_size, seed=self.config.seed)
         rollout_s = time.perf_counter() - start
 
@@ -448,7 +448,7 @@ class Trainer:
             shield_enumerate=cfg.shield_enumerate,
         )
         arm = self.config.sft.arm if stage == "sft" else self.config.grpo.arm
-        policy = GroupPolicy(self.group, sampling, arm, name=self.config.model.label)
+        policy = GroupPolicy(self.group, sampling, name=self.config.model.label)
         bar = _progress(self.progress, len(self.eval_cases), 0, f"eval after {stage}", unit="ep")
         try:
             episodes = EpisodeRunner(policy, self.pool, arm=arm).run_episodes(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..rollout.env import contract_for
 from ..rollout.shield import answer_key, enumerated_answers
-from ..tasks.arms import WHOLE_OBJECT_ARMS
+from ..tasks.arms import arm_spec
 from ..tasks.cases import ABSTAIN
 from ..tasks.demonstrations import Demonstration
 from ..validators import PublicState
@@ -43,7 +43,7 @@ def ranking_negatives(demo: Demonstration, state: PublicState, arm: str, limit: 
     if limit <= 0:
         return ()
     contract = contract_for(demo.case)
-    step = contract.step_object if arm in WHOLE_OBJECT_ARMS else contract.step
+    step = contract.step_object if arm_spec(arm).whole_object else contract.step
     gold_key = None
     if demo.answer != ABSTAIN:
         made = step(state, demo.answer, finish_reason="stop").accepted_object

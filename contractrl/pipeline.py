@@ -31,7 +31,7 @@ from typing import Any, TextIO
 
 from .analysis.report import Report, build_report
 from .analysis.tables import DEFAULT_THRESHOLDS
-from .configtree import check, from_dict, merge, nest, parse_overrides, setting, to_dict
+from .configtree import check, derive, from_dict, merge, nest, parse_overrides, setting, to_dict
 from .experiments.studies import StudySetup, evaluate
 from .rollout.run import RolloutRun
 from .tasks.bfcl_wheel import CATEGORIES as BFCL_CATEGORIES
@@ -163,8 +163,7 @@ class MainJobResult:
 
 
 def _train_config(config: MainJobConfig, name: str, extra: dict[str, Any]) -> TrainConfig:
-    base = to_dict(config.train)
-    return from_dict(TrainConfig, merge(base, {"out": str(Path(config.out) / name), "resume": True, **extra}))
+    return derive(config.train, extra, out=str(Path(config.out) / name), resume=True)
 
 
 def uses_ray(config: MainJobConfig) -> bool:

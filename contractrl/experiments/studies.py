@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..configtree import from_dict, merge, to_dict
+from ..configtree import derive
 from ..rollout.policies import Policy
 from ..rollout.prompts import FEEDBACK
 from ..rollout.run import RolloutRun, write_run
@@ -191,8 +191,7 @@ def transfer_study(
         if RolloutRun(run_dir).is_frozen():
             runs.append(run_dir)
             continue
-        overrides = {"out": str(fold / "train"), "data": {"tool_families": list(trained_on)}, "resume": True}
-        fold_config = from_dict(TrainConfig, merge(to_dict(config), overrides))
+        fold_config = derive(config, {"data.tool_families": trained_on}, out=str(fold / "train"), resume=True)
         result = train(fold_config, progress=progress)
         case_config = GenerateConfig(
             seed=derived_seed(config.data.seed, "transfer", heldout),

@@ -26,7 +26,6 @@ sweep raises :class:`SweepInterrupted` and is continued with ``contractrl tune -
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..configtree import check, from_dict, merge, nest, parse_overrides, read_yaml, to_dict
+from ..configtree import check, derive, from_dict, merge, nest, parse_overrides, read_yaml, to_dict
 from ..errors import ConfigError
 from ..validators.jsonvalue import sha256_json
 from .config import TrainConfig
@@ -194,7 +193,7 @@ def _fixes(sweep: SweepConfig, config: Any, capacity: Capacity) -> list[str]:
     """Ways to make one trial fit, each checked against ``capacity``."""
     fixes = ["add --local (the sweep's 2-core size)"] if sweep.local else []
     if isinstance(config, TrainConfig) and config.resources.num_workers > 0:
-        without = dataclasses.replace(config, resources=dataclasses.replace(config.resources, num_workers=0))
+        without = derive(config, {"resources.num_workers": 0})
         cpus, gpus = trial_need(trial_resources(without))
         if cpus <= capacity.cpus and gpus <= capacity.gpus:
             fixes.append(f"override overrides.resources.num_workers=0 (then it needs {cpus:g} CPUs)")

@@ -26,20 +26,22 @@ from pathlib import Path
 from typing import Any
 
 from ..configtree import derive
-from ..rollout.policies import Policy
+from ..rollout.policies import Policy, ReplayPolicy
 from ..rollout.prompts import FEEDBACK
 from ..rollout.run import RolloutRun, write_run
 from ..rollout.runner import EpisodeRunner, WorkerPool
 from ..tasks.cases import Case, PublicCase
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CLEAN_FAMILIES, NOISE_FAMILIES
+from ..tasks.demonstrations import gold_answer
 from ..tasks.generate import GenerateConfig, generate_cases
+from ..tasks.offline import read_cases
 from ..tasks.store import write_case_set
 from ..trainer.config import TrainConfig
+from .options import STUDIES
 
 DEFAULT_BUDGETS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2), (3, 3), (4, 4))  # (attempts B, operations K)
 DEFAULT_HORIZONS: tuple[int, ...] = (1, 3, 5, 8)
-STUDIES = ("feedback", "noise", "budget", "horizon", "transfer")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,13 @@ def evaluate(
             run_dir, config, runner, list(cases), group=1, seed=setup.seed, progress=bar, labels=labels, trajectories=trajectories
         )
     return run_dir
+
+
+def replay_policy(case_dir: str | Path, arm: str = "contractrl") -> ReplayPolicy:
+    """Oracle replay: each case's gold answer for ``arm``, the mechanism check (the one policy given
+    targets, by design). Targets are read here, from the case set's offline half, never inside
+    rollout code."""
+    return ReplayPolicy({case.public.case_id: [gold_answer(case, arm)] for case in read_cases(case_dir)})
 
 
 def feedback_study(
@@ -242,5 +251,6 @@ __all__ = [
     "noise_cases",
     "noise_study",
     "rebudget",
+    "replay_policy",
     "transfer_study",
 ]

@@ -529,51 +529,51 @@ def _config_or_print(cls: type[Any], args: argparse.Namespace) -> Any:
     return config
 
 
-def _train_command(args: argparse.Namespace, cls: type[Any], entry: str, summary: Callable[[Any], dict[str, Any]]) -> int:
-    """``train`` and ``train-selector``: the config (or ``--print-config``), the training run named by
-    ``entry`` (``module:function``, imported only now: torch and Ray load with it), its result as JSON."""
-    config = _config_or_print(cls, args)
+def _lm_summary(result: Any) -> dict[str, Any]:
+    evals = {stage: e["semantic_success"] for stage, e in result.evals.items()}
+    return {
+        "steps": result.global_step,
+        "rollout_digest": result.rollout_digest,
+        "model_dir": result.model_dir,
+        "eval_semantic_success": evals,
+    }
+
+
+def _selector_summary(result: Any) -> dict[str, Any]:
+    return {
+        "iterations": result.iterations,
+        "selector_dir": result.selector_dir,
+        "best_iteration": result.best_iteration,
+        "best_eval_semantic_success": result.best_success,
+        "seconds_to_best": round(result.best_wall_s, 1),
+    }
+
+
+# command -> (its config class, its training function, what it prints of the result); the modules
+# are named, not imported, so torch and Ray load only when a training starts
+TRAINERS: dict[str, tuple[str, str, Callable[[Any], dict[str, Any]]]] = {
+    "train": (".trainer.config:TrainConfig", ".trainer.entry:train", _lm_summary),
+    "train-selector": (".selector.config:SelectorConfig", ".selector.train:train_selector", _selector_summary),
+}
+
+
+def _named(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module, __package__), name)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``train`` and ``train-selector``: the config (or ``--print-config``), the training run with
+    library output on stderr, its result as JSON."""
+    config_class, entry, summary = TRAINERS[args.command]
+    config = _config_or_print(_named(config_class), args)
     if config is None:
         return EXIT_OK
-    module, _, name = entry.partition(":")
-    train = getattr(importlib.import_module(module, __package__), name)
+    train = _named(entry)
     with _library_output_to_stderr():
         result = train(config, progress=not args.no_progress)
     _emit({"out": result.out, **summary(result), "metrics": f"{result.out}/metrics.parquet"})
     return EXIT_OK
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from .trainer.config import TrainConfig
-
-    return _train_command(
-        args,
-        TrainConfig,
-        ".trainer.entry:train",
-        lambda result: {
-            "steps": result.global_step,
-            "rollout_digest": result.rollout_digest,
-            "model_dir": result.model_dir,
-            "eval_semantic_success": {stage: e["semantic_success"] for stage, e in result.evals.items()},
-        },
-    )
-
-
-def cmd_train_selector(args: argparse.Namespace) -> int:
-    from .selector.config import SelectorConfig
-
-    return _train_command(
-        args,
-        SelectorConfig,
-        ".selector.train:train_selector",
-        lambda result: {
-            "iterations": result.iterations,
-            "selector_dir": result.selector_dir,
-            "best_iteration": result.best_iteration,
-            "best_eval_semantic_success": result.best_success,
-            "seconds_to_best": round(result.best_wall_s, 1),
-        },
-    )
 
 
 def _yaml_as_overrides(path: str) -> list[str]:
@@ -894,7 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
         selector, "selector config YAML (e.g. tune_configs/selector.yaml); defaults apply without one", "ppo.iterations=10"
     )
     selector.add_argument("--no-progress", action="store_true", help="no progress bars")
-    selector.set_defaults(func=cmd_train_selector)
+    selector.set_defaults(func=cmd_train)
 
     tune = sub.add_parser("tune", help="a Ray Tune sweep of training runs (tune_configs/*.yaml)")
     tune.add_argument("--config", help="sweep YAML: base config, search space, metric")

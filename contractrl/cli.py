@@ -653,6 +653,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError("give --config SWEEP.yaml (a new sweep) or --resume DIR (an interrupted one)")
     else:
         sweep, base = load_sweep(args.config, args.overrides, local=args.local)
+    if args.print_config:
+        from .configtree import to_commented_yaml
+
+        sys.stdout.write(to_commented_yaml(sweep))
+        return EXIT_OK
     if args.dry_run:
         # a cluster's size is known once connected; locally the machine's is what Ray will see
         if not os.environ.get("RAY_ADDRESS"):
@@ -901,6 +906,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the sweep file's keys")
     tune.add_argument("--local", action="store_true", help="apply the sweep file's local: section (its 2-core size)")
     tune.add_argument("--resume", metavar="DIR", help="continue an interrupted sweep from its directory (<out>/<name>)")
+    tune.add_argument("--print-config", action="store_true", help="print the resolved sweep and exit")
     tune.add_argument(
         "--dry-run",
         action="store_true",

@@ -148,3 +148,15 @@ def test_one_default_generation_budget_and_one_attempt_budget() -> None:
     assert {t.max_new_tokens for t in tokens} == {DEFAULT_MAX_NEW_TOKENS}
     budgets = [Budgets(), GenerateConfig(seed=0, n=1), GateBudgets(), DataConfig()]
     assert {(b.max_attempts, b.max_ops) for b in budgets} == {(DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS)}
+
+
+def test_tune_prints_its_resolved_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``tune --print-config``: the sweep file with its overrides applied, every key with its help,
+    which loads back to the same sweep."""
+    from contractrl.trainer.tune import SweepConfig, load_sweep
+
+    sweep_file = Path(__file__).resolve().parents[1] / "tune_configs" / "lora_rank.yaml"
+    assert main(["tune", "--config", str(sweep_file), "--print-config", "num_samples=2"]) == 0
+    text = capsys.readouterr().out
+    assert "# the trial metric the sweep ranks by" in text
+    assert from_dict(SweepConfig, yaml.safe_load(text)) == load_sweep(sweep_file, ["num_samples=2"])[0]

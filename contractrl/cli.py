@@ -25,7 +25,7 @@ from .analysis.options import ReportOptions
 from .errors import ConfigError, ContractRLError
 from .experiments.options import STUDIES, StudyOptions
 from .io import read_bytes, read_json_file
-from .rollout.options import PolicyOptions, RolloutOptions
+from .rollout.options import PolicyOptions, RolloutOptions, require
 from .rollout.prompts import FEEDBACK, MODES
 from .tasks.arms import ARMS
 from .validators import Budgets, RepairContract, Verifier, VerifierReport, load_contract
@@ -283,8 +283,6 @@ def _hf_policy_flags(parser: argparse.ArgumentParser, cls: type[PolicyOptions]) 
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from .rollout.options import RolloutOptions, require
-
     options = _options(RolloutOptions, args)
     if options is None:
         return EXIT_OK
@@ -355,11 +353,8 @@ def _check_labels(labels: dict[str, str]) -> None:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from .experiments.options import StudyOptions
-    from .rollout.options import require
-
     mine, training = split_study_overrides(getattr(args, f"{_SET}study", ""), args.overrides)
-    options = _options(StudyOptions, args, mine, config=None)
+    options = _options(StudyOptions, args, mine, from_file=False)
     if options is None:
         return EXIT_OK
     require(options, "study", "out")
@@ -439,9 +434,6 @@ def _top_key(override: str) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .analysis.options import ReportOptions
-    from .rollout.options import require
-
     # RUN_DIR and key=value share the positional slots: an item naming an option's key is an override
     keys = {f.name for f in dataclasses.fields(ReportOptions)}
     items = [*args.items, *args.overrides]
@@ -518,17 +510,6 @@ def _ledger_action(action: Callable[[], dict[str, Any]]) -> int:
     return EXIT_OK
 
 
-def _config_or_print(cls: type[Any], args: argparse.Namespace) -> Any:
-    """The config from ``--config`` and the overrides; None when ``--print-config`` printed it instead."""
-    from .configtree import load_config, to_commented_yaml
-
-    config = load_config(cls, args.config, args.overrides)
-    if args.print_config:
-        sys.stdout.write(to_commented_yaml(config))
-        return None
-    return config
-
-
 def _lm_summary(result: Any) -> dict[str, Any]:
     evals = {stage: e["semantic_success"] for stage, e in result.evals.items()}
     return {
@@ -566,7 +547,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``train`` and ``train-selector``: the config (or ``--print-config``), the training run with
     library output on stderr, its result as JSON."""
     config_class, entry, summary = TRAINERS[args.command]
-    config = _config_or_print(_named(config_class), args)
+    config = _options(_named(config_class), args)
     if config is None:
         return EXIT_OK
     train = _named(entry)
@@ -700,12 +681,15 @@ def _config_flags(parser: argparse.ArgumentParser, config_help: str | None, exam
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
 
-def _options(cls: type[T], args: argparse.Namespace, overrides: Sequence[str] | None = None, *, config: Any = "") -> T | None:
+def _options(
+    cls: type[T], args: argparse.Namespace, overrides: Sequence[str] | None = None, *, from_file: bool = True
+) -> T | None:
     """A command's typed options: the ``--config`` YAML, then its flags, then ``key=value``
-    overrides (the last win); None when ``--print-config`` printed them instead."""
+    overrides (the last win); None when ``--print-config`` printed them instead. ``from_file``
+    False: ``--config`` is not these options' file (the transfer study's training config)."""
     from .configtree import from_dict, merge, parse_overrides, read_yaml, to_commented_yaml
 
-    path = args.config if config == "" else config
+    path = args.config if from_file else None
     flags = {key.removeprefix(_SET): value for key, value in vars(args).items() if key.startswith(_SET)}
     data = merge(read_yaml(path) if path else {}, flags)
     options = from_dict(cls, merge(data, parse_overrides(args.overrides if overrides is None else overrides)))

@@ -8,25 +8,32 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
+import importlib
 import json
 import os
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import __version__
+from .analysis.options import ReportOptions
 from .errors import ConfigError, ContractRLError
+from .experiments.options import STUDIES, StudyOptions
 from .io import read_bytes, read_json_file
+from .rollout.options import PolicyOptions, RolloutOptions, require
 from .rollout.prompts import FEEDBACK, MODES
-from .tasks.arms import ARMS, DEFAULT_ARM, arm_spec
+from .tasks.arms import ARMS
 from .validators import Budgets, RepairContract, Verifier, VerifierReport, load_contract
 from .validators.contracts import EMPTY_CONTRACT
 from .validators.patch import OP_KINDS
 from .validators.schema import BACKENDS
 
+T = TypeVar("T")
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 INTERRUPTED_HINT = {
@@ -35,6 +42,14 @@ INTERRUPTED_HINT = {
     "train-selector": "interrupted; run the same command again with resume=true to continue from the last checkpoint",
     "tune": "interrupted; continue the sweep with: contractrl tune --resume <out>/<name>",
 }
+
+
+def _progress_bar(enabled: bool, **kwargs: Any) -> Any:
+    """A live bar on a terminal; in a log (``ray job submit``, a redirected run) a line at most every
+    30 s rather than silence, so a long rollout still says how far it is."""
+    from tqdm import tqdm
+
+    return tqdm(disable=not enabled, file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 30.0, **kwargs)
 
 
 def _library_output_to_stderr() -> contextlib.AbstractContextManager[Any]:
@@ -111,7 +126,6 @@ def _csv(text: str) -> tuple[str, ...]:
 
 
 def cmd_cases_generate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
 
     from .tasks.audit import DEFAULT_DISJOINT, OverlapIndex, audit, check_units, format_audit
     from .tasks.generate import GenerateConfig, generate_cases
@@ -130,7 +144,7 @@ def cmd_cases_generate(args: argparse.Namespace) -> int:
     disjoint = check_units(args.disjoint or DEFAULT_DISJOINT)
     excluded = [case for directory in args.exclude or [] for case in read_cases(directory)]
     index = OverlapIndex(excluded, disjoint) if excluded else None
-    progress = tqdm(range(config.n), desc="cases", unit="case", disable=None, file=sys.stderr)
+    progress = _progress_bar(True, iterable=range(config.n), desc="cases", unit="case")
     cases = generate_cases(config, reject=index.collides if index else None, progress=progress)
     extra: dict[str, Any] = {}
     if excluded:
@@ -187,24 +201,18 @@ def cmd_screen(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REJECTED
 
 
-def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
+def _policy_factory(options: PolicyOptions, cases_dir: str) -> Callable[[str], Any]:
     """feedback variant -> policy. Scripted policies read no prompt, so the variant does not change them."""
-    spec, cases_dir, arm = args.policy, args.cases, args.arm
-    from .rollout.policies import ABSTAIN, HeuristicPolicy, ReplayPolicy
+    spec, arm = options.policy, options.arm
+    from .rollout.policies import HeuristicPolicy
 
     if spec == "heuristic":
         heuristic = HeuristicPolicy()
         return lambda feedback: heuristic
     if spec == "replay":
-        # the mechanism check replays the precomputed answers: read here, never inside rollout code
-        from .tasks.offline import read_offline
+        from .experiments.studies import replay_policy
 
-        def answer(off: Any) -> str:
-            if off.should_abstain:
-                return ABSTAIN
-            return json.dumps(off.target if arm_spec(arm).whole_object else off.target_patch)
-
-        replay = ReplayPolicy({case_id: [answer(off)] for case_id, off in read_offline(cases_dir).items()})
+        replay = replay_policy(cases_dir, arm)
         return lambda feedback: replay
     if spec.startswith("hf:"):
         from .gate.policy import hf_model_target
@@ -215,27 +223,24 @@ def _policy_factory(args: argparse.Namespace) -> Callable[[str], Any]:
         # absolute paths, so an actor whose working directory differs finds (or builds) the same files
         target, preset = hf_model_target(spec)
         load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
-        if args.policy_actors < 0 or args.gpus_per_actor < 0:
-            raise ConfigError("--policy-actors and --gpus-per-actor must be >= 0")
-        if args.shield_k < 0:
-            raise ConfigError(f"--shield-k must be >= 0 (0: blind decoding), got {args.shield_k}")
         sampling = SamplingConfig.from_options(
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            seed=args.seed,
-            shield_k=args.shield_k,
-            enumerate_candidates=not args.no_enumerate,
+            max_new_tokens=options.max_new_tokens,
+            temperature=options.temperature,
+            seed=options.seed,
+            shield_k=options.shield_k,
+            enumerate_candidates=options.enumerate,
         )
-        if args.policy_actors > 0:  # the model loads inside each actor, once
+        mode = options.mode
+        if options.policy_actors > 0:  # the model loads inside each actor, once
             return _PolicyPools(
                 lambda feedback: ActorPolicy(
-                    PolicySpec(load, args.mode, feedback, sampling, name=preset),
-                    args.policy_actors,
-                    num_gpus=args.gpus_per_actor,
+                    PolicySpec(load, mode, feedback, sampling, name=preset),
+                    options.policy_actors,
+                    num_gpus=options.gpus_per_actor,
                 )
             )
         model, tokenizer = load()
-        return lambda feedback: HFPolicy(model, tokenizer, mode=args.mode, feedback=feedback, sampling=sampling, name=preset)
+        return lambda feedback: HFPolicy(model, tokenizer, mode=mode, feedback=feedback, sampling=sampling, name=preset)
     if spec.startswith("selector:"):
         from .selector.policy import SelectorPolicy
 
@@ -266,153 +271,197 @@ def _shutdown_policies(factory: Any) -> None:
         factory.shutdown()
 
 
-def _hf_policy_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--shield-k",
-        type=int,
-        default=1,
-        help="hf policies: shielded decoding with K proposals per decision, probed on the public contract with the "
-        "enumerated candidates before one is committed (0 = blind: the decoded answer is sent as it is; "
-        "rollout/shield.py)",
-    )
-    parser.add_argument(
+def _hf_policy_flags(parser: argparse.ArgumentParser, cls: type[PolicyOptions]) -> None:
+    """The flags of an ``hf:`` policy's decoding, shared by rollout and study."""
+    _option_flag(parser, cls, "max_new_tokens")
+    _option_flag(parser, cls, "temperature")
+    _option_flag(parser, cls, "shield_k")
+    _option_flag(
+        parser,
+        cls,
+        "enumerate",
         "--no-enumerate",
-        action="store_true",
+        action="store_const",
+        const=False,
         help="hf policies, shielded: weigh only the model's own proposals, not the enumerated candidates",
     )
-    parser.add_argument(
-        "--policy-actors",
-        type=int,
-        default=0,
-        help="hf policies: generate on N Ray actors, each holding the model (0 = in this process)",
-    )
-    parser.add_argument("--gpus-per-actor", type=float, default=0.0, help="hf policies: GPUs per policy actor")
+    _option_flag(parser, cls, "policy_actors")
+    _option_flag(parser, cls, "gpus_per_actor")
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    options = _options(RolloutOptions, args)
+    if options is None:
+        return EXIT_OK
+    require(options, "cases", "policy", "out")
+    _check_labels(options.labels)
 
     from .rollout.pool import RayPool
     from .rollout.run import write_run
     from .rollout.runner import EpisodeRunner, LocalPool
     from .tasks.store import read_manifest, read_public
 
-    cases = read_public(args.cases)
-    if args.workers < 0 or args.group < 1:
-        raise ConfigError("--workers must be >= 0 and --group >= 1")
+    cases = read_public(options.cases)
     with _library_output_to_stderr():
-        factory = _policy_factory(args)
-        policy = factory(args.feedback)
-        ray_pool = RayPool(args.workers) if args.workers > 0 else None
-    runner = EpisodeRunner(policy, ray_pool or LocalPool(1), arm=args.arm)
+        factory = _policy_factory(options, options.cases)
+        policy = factory(options.feedback)
+        ray_pool = RayPool(options.workers) if options.workers > 0 else None
+    runner = EpisodeRunner(policy, ray_pool or LocalPool(1), arm=options.arm)
     config = {
-        "cases_files_sha256": read_manifest(args.cases)["files"],
-        "policy": args.policy,
-        "arm": args.arm,
-        "group": args.group,
-        "seed": args.seed,
-        "mode": args.mode,
-        "feedback": args.feedback,
+        "cases_files_sha256": read_manifest(options.cases)["files"],
+        "policy": options.policy,
+        "arm": options.arm,
+        "group": options.group,
+        "seed": options.seed,
+        "mode": options.mode,
+        "feedback": options.feedback,
     }
     # a model's runs carry its name (as a study's do), so a report over several says which is which
-    model = {"model": args.policy.removeprefix("hf:")} if args.policy.startswith("hf:") else {}
-    labels = {"mode": args.mode, "feedback": args.feedback, **model, **dict(args.label or [])}
-    progress = tqdm(
-        total=len(cases) * args.group, desc="episodes", unit="ep", disable=True if args.no_progress else None, file=sys.stderr
-    )
+    model = {"model": options.model} if options.model else {}
+    labels = {"mode": options.mode, "feedback": options.feedback, **model, **options.labels}
+    episodes = len(cases) * options.group
+    progress = _progress_bar(options.progress, total=episodes, desc="episodes", unit="ep")
     try:
         with _library_output_to_stderr():
             digest = write_run(
-                args.out, config, runner, cases, group=args.group, seed=args.seed, progress=progress, labels=labels
+                options.out, config, runner, cases, group=options.group, seed=options.seed, progress=progress, labels=labels
             )
     finally:
         progress.close()
         if ray_pool is not None:
             ray_pool.shutdown()
         _shutdown_policies(factory)
-    _emit({"run_dir": str(args.out), "ledger_sha256": digest, "episodes": len(cases) * args.group})
+    _emit({"run_dir": str(options.out), "ledger_sha256": digest, "episodes": episodes})
     return EXIT_OK
 
 
 def _label(text: str) -> tuple[str, str]:
-    from .analysis.join import RUN_LABELS
-
     key, sep, value = text.partition("=")
-    if not sep or key not in RUN_LABELS:
-        raise argparse.ArgumentTypeError(f"--label takes key=value with key one of {', '.join(RUN_LABELS)}")
+    if not sep:
+        raise argparse.ArgumentTypeError("--label takes key=value")
     return key, value
 
 
+class _Pairs(argparse.Action):
+    """A repeatable ``KEY=VALUE`` flag into one mapping (``--label``)."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        pairs = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, {**(pairs if isinstance(pairs, dict) else {}), values[0]: values[1]})
+
+
+def _check_labels(labels: dict[str, str]) -> None:
+    from .analysis.join import RUN_LABELS
+
+    unknown = sorted(set(labels) - set(RUN_LABELS))
+    if unknown:
+        raise ConfigError(f"run labels {unknown} unknown; a label's key is one of {', '.join(RUN_LABELS)}")
+
+
 def cmd_study(args: argparse.Namespace) -> int:
+    mine, training = split_study_overrides(getattr(args, f"{_SET}study", ""), args.overrides)
+    options = _options(StudyOptions, args, mine, from_file=False)
+    if options is None:
+        return EXIT_OK
+    require(options, "study", "out")
     from .experiments import studies
     from .rollout.pool import RayPool
     from .rollout.runner import LocalPool
     from .tasks.store import read_public, write_case_set
 
-    if args.study == "transfer":
+    if options.study == "transfer":
         from .configtree import load_config
         from .trainer.config import TrainConfig
 
-        config = load_config(TrainConfig, args.config, args.overrides)
+        config = load_config(TrainConfig, args.config, training)
         with _library_output_to_stderr():
             runs = studies.transfer_study(
-                config, args.out, heldout_cases=args.n, workers=args.workers, progress=not args.no_progress
+                config, options.out, heldout_cases=options.n, workers=options.workers, progress=options.progress
             )
-        _emit({"study": args.study, "runs": [str(r) for r in runs]})
+        _emit({"study": options.study, "runs": [str(r) for r in runs]})
         return EXIT_OK
-    if args.overrides or args.config:
-        raise ConfigError("--config and key=value overrides apply to the transfer study only")
-    if args.study == "noise" and not args.cases:
-        args.cases = str(Path(args.out) / "cases")
-        if not (Path(args.cases) / "manifest.json").is_file():
-            cases = studies.noise_cases(args.seed, args.n)
-            write_case_set(cases, args.cases, {"seed": args.seed, "n": args.n, "study": "noise"})
-    if not args.cases:
-        raise ConfigError(f"the {args.study} study needs --cases (a held-out case set)")
-    if args.workers < 0:
-        raise ConfigError("--workers must be >= 0")
-    cases = read_public(args.cases)
+    if args.config:
+        raise ConfigError("--config (a training config) applies to the transfer study only")
+    case_dir = options.cases
+    if options.study == "noise" and not case_dir:
+        case_dir = str(Path(options.out) / "cases")
+        if not (Path(case_dir) / "manifest.json").is_file():
+            cases = studies.noise_cases(options.seed, options.n)
+            write_case_set(cases, case_dir, {"seed": options.seed, "n": options.n, "study": "noise"})
+    if not case_dir:
+        raise ConfigError(f"the {options.study} study needs --cases (a held-out case set)")
+    cases = read_public(case_dir)
     with _library_output_to_stderr():
-        factory = _policy_factory(args)
-        pool = RayPool(args.workers) if args.workers > 0 else LocalPool(1)
+        factory = _policy_factory(options, case_dir)
+        pool = RayPool(options.workers) if options.workers > 0 else LocalPool(1)
     setup = studies.StudySetup(
         factory,
         pool,
-        arm=args.arm,
-        seed=args.seed,
-        model=args.policy.removeprefix("hf:") if args.policy.startswith("hf:") else "",  # scripted policies have no model
-        stage=args.stage,
-        progress=not args.no_progress,
+        arm=options.arm,
+        seed=options.seed,
+        model=options.model,  # scripted policies have no model
+        stage=options.stage,
+        progress=options.progress,
     )
     driver = {
         "feedback": studies.feedback_study,
         "noise": studies.noise_study,
         "budget": studies.budget_study,
         "horizon": studies.horizon_study,
-    }[args.study]
+    }[options.study]
     try:
         with _library_output_to_stderr():
-            runs = driver(setup, cases, args.out)
+            runs = driver(setup, cases, options.out)
     finally:
         if isinstance(pool, RayPool):
             pool.shutdown()
         _shutdown_policies(factory)
-    _emit({"study": args.study, "runs": [str(r) for r in runs], "cases": args.cases})
+    _emit({"study": options.study, "runs": [str(r) for r in runs], "cases": case_dir})
     return EXIT_OK
 
 
+def split_study_overrides(study: str, overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``key=value`` items of ``contractrl study`` -> (the study's options, the training config's).
+
+    The transfer study's training keys are training's own, as documented (``study transfer
+    --config FILE grpo.steps=3``): there a key of the training tree (``seed`` and ``out`` too) goes
+    to training, every other to the study's options. Other studies train nothing: every key is the
+    study's, and an unknown one is refused with the closest study key."""
+    if study != "transfer":
+        return list(overrides), []
+    from .trainer.config import TrainConfig
+
+    train_keys = {f.name for f in dataclasses.fields(TrainConfig)}
+    return [o for o in overrides if _top_key(o) not in train_keys], [o for o in overrides if _top_key(o) in train_keys]
+
+
+def _top_key(override: str) -> str:
+    return override.partition("=")[0].strip().split(".")[0]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    # RUN_DIR and key=value share the positional slots: an item naming an option's key is an override
+    keys = {f.name for f in dataclasses.fields(ReportOptions)}
+    items = [*args.items, *args.overrides]
+    overrides = [item for item in items if "=" in item and _top_key(item) in keys]
+    run_dirs = [item for item in items if item not in overrides]
+    if run_dirs:
+        setattr(args, f"{_SET}run_dirs", run_dirs)
+    options = _options(ReportOptions, args, overrides)
+    if options is None:
+        return EXIT_OK
+    require(options, "run_dirs", "out")
     from .analysis.report import build_report
 
     with _library_output_to_stderr():
         report = build_report(
-            args.run_dirs,
-            args.out,
-            cases=args.cases or (),
-            thresholds=args.thresholds,
-            use_ray=args.workers > 0,
-            workers=max(1, args.workers),
-            progress=not args.no_progress,
+            options.run_dirs,
+            options.out,
+            cases=options.cases,
+            thresholds=options.thresholds,
+            use_ray=options.workers > 0,
+            workers=max(1, options.workers),
+            progress=options.progress,
         )
     _emit(
         {
@@ -429,12 +478,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _thresholds(text: str) -> tuple[float, ...]:
     try:
-        values = tuple(float(part) for part in _csv(text))
+        return tuple(float(part) for part in _csv(text))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"--thresholds takes comma-separated numbers in [0, 1]: {exc}") from exc
-    if not values or any(not 0.0 <= v <= 1.0 for v in values):
-        raise argparse.ArgumentTypeError("--thresholds takes comma-separated numbers in [0, 1]")
-    return values
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
@@ -470,61 +516,50 @@ def _ledger_action(action: Callable[[], dict[str, Any]]) -> int:
     return EXIT_OK
 
 
-def _config_or_print(cls: type[Any], args: argparse.Namespace) -> Any:
-    """The config from ``--config`` and the overrides; None when ``--print-config`` printed it instead."""
-    from .configtree import load_config, to_commented_yaml
+def _lm_summary(result: Any) -> dict[str, Any]:
+    evals = {stage: e["semantic_success"] for stage, e in result.evals.items()}
+    return {
+        "steps": result.global_step,
+        "rollout_digest": result.rollout_digest,
+        "model_dir": result.model_dir,
+        "eval_semantic_success": evals,
+    }
 
-    config = load_config(cls, args.config, args.overrides)
-    if args.print_config:
-        sys.stdout.write(to_commented_yaml(config))
-        return None
-    return config
+
+def _selector_summary(result: Any) -> dict[str, Any]:
+    return {
+        "iterations": result.iterations,
+        "selector_dir": result.selector_dir,
+        "best_iteration": result.best_iteration,
+        "best_eval_semantic_success": result.best_success,
+        "seconds_to_best": round(result.best_wall_s, 1),
+    }
+
+
+# command -> (its config class, its training function, what it prints of the result); the modules
+# are named, not imported, so torch and Ray load only when a training starts
+TRAINERS: dict[str, tuple[str, str, Callable[[Any], dict[str, Any]]]] = {
+    "train": (".trainer.config:TrainConfig", ".trainer.entry:train", _lm_summary),
+    "train-selector": (".selector.config:SelectorConfig", ".selector.train:train_selector", _selector_summary),
+}
+
+
+def _named(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module, __package__), name)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .trainer.config import TrainConfig
-
-    config = _config_or_print(TrainConfig, args)
+    """``train`` and ``train-selector``: the config (or ``--print-config``), the training run with
+    library output on stderr, its result as JSON."""
+    config_class, entry, summary = TRAINERS[args.command]
+    config = _options(_named(config_class), args)
     if config is None:
         return EXIT_OK
-    from .trainer.entry import train
-
+    train = _named(entry)
     with _library_output_to_stderr():
         result = train(config, progress=not args.no_progress)
-    _emit(
-        {
-            "out": result.out,
-            "steps": result.global_step,
-            "rollout_digest": result.rollout_digest,
-            "model_dir": result.model_dir,
-            "eval_semantic_success": {stage: e["semantic_success"] for stage, e in result.evals.items()},
-            "metrics": f"{result.out}/metrics.parquet",
-        }
-    )
-    return EXIT_OK
-
-
-def cmd_train_selector(args: argparse.Namespace) -> int:
-    from .selector.config import SelectorConfig
-
-    config = _config_or_print(SelectorConfig, args)
-    if config is None:
-        return EXIT_OK
-    from .selector.train import train_selector
-
-    with _library_output_to_stderr():
-        result = train_selector(config, progress=not args.no_progress)
-    _emit(
-        {
-            "out": result.out,
-            "iterations": result.iterations,
-            "selector_dir": result.selector_dir,
-            "best_iteration": result.best_iteration,
-            "best_eval_semantic_success": result.best_success,
-            "seconds_to_best": round(result.best_wall_s, 1),
-            "metrics": f"{result.out}/metrics.parquet",
-        }
-    )
+    _emit({"out": result.out, **summary(result), "metrics": f"{result.out}/metrics.parquet"})
     return EXIT_OK
 
 
@@ -605,6 +640,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError("give --config SWEEP.yaml (a new sweep) or --resume DIR (an interrupted one)")
     else:
         sweep, base = load_sweep(args.config, args.overrides, local=args.local)
+    if args.print_config:
+        from .configtree import to_commented_yaml
+
+        sys.stdout.write(to_commented_yaml(sweep))
+        return EXIT_OK
     if args.dry_run:
         # a cluster's size is known once connected; locally the machine's is what Ray will see
         if not os.environ.get("RAY_ADDRESS"):
@@ -619,6 +659,50 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     _emit({"name": sweep.name, "trials_table": str(path), "best": str(path.parent / "best")})
     return EXIT_OK
+
+
+_SET = "set:"  # the argparse dest of a flag that sets a typed option: "set:" + the field's name
+
+
+def _option_flag(parser: argparse.ArgumentParser, cls: type[Any], name: str, *flags: str, **kwargs: Any) -> None:
+    """A flag that sets the typed option ``name`` of ``cls`` (``--max-new-tokens`` sets
+    ``max_new_tokens``). Its help and its one default are the field's: argparse leaves the flag
+    unset unless it is given, so the option's default applies, as it does to ``key=value``."""
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+    if "action" not in kwargs and "type" not in kwargs and "choices" not in kwargs:
+        kwargs["type"] = typing.get_type_hints(cls)[name]  # int, float or str: the tree checks the rest
+    if kwargs.get("action") in (None, "append") and "choices" not in kwargs:
+        kwargs.setdefault("metavar", name.upper())
+    shown = f" (default: {default})" if "help" not in kwargs and default not in ("", (), {}) else ""
+    kwargs["help"] = kwargs.get("help", field.metadata["help"] + shown).replace("%", "%%")
+    parser.add_argument(*(flags or ("--" + name.replace("_", "-"),)), dest=_SET + name, default=argparse.SUPPRESS, **kwargs)
+
+
+def _config_flags(parser: argparse.ArgumentParser, config_help: str | None, example: str) -> None:
+    """``--config FILE``, ``key=value`` overrides and ``--print-config``: how every command takes its config."""
+    if config_help is not None:
+        parser.add_argument("--config", help=config_help)
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help=f"config overrides, e.g. {example}")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+
+
+def _options(
+    cls: type[T], args: argparse.Namespace, overrides: Sequence[str] | None = None, *, from_file: bool = True
+) -> T | None:
+    """A command's typed options: the ``--config`` YAML, then its flags, then ``key=value``
+    overrides (the last win); None when ``--print-config`` printed them instead. ``from_file``
+    False: ``--config`` is not these options' file (the transfer study's training config)."""
+    from .configtree import from_dict, merge, parse_overrides, read_yaml, to_commented_yaml
+
+    path = args.config if from_file else None
+    flags = {key.removeprefix(_SET): value for key, value in vars(args).items() if key.startswith(_SET)}
+    data = merge(read_yaml(path) if path else {}, flags)
+    options = from_dict(cls, merge(data, parse_overrides(args.overrides if overrides is None else overrides)))
+    if args.print_config:
+        sys.stdout.write(to_commented_yaml(options))
+        return None
+    return options
 
 
 def _add_verifier_args(p: argparse.ArgumentParser) -> None:
@@ -700,57 +784,60 @@ def build_parser() -> argparse.ArgumentParser:
     aud.set_defaults(func=cmd_cases_audit)
 
     rollout = sub.add_parser("rollout", help="run repair episodes over a case set into a frozen, hashed ledger")
-    rollout.add_argument("--cases", required=True, help="a case set written by `cases generate`")
-    rollout.add_argument(
-        "--policy",
-        required=True,
-        help="replay | heuristic | hf:<preset: tiny, smollm2, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b> "
-        "| hf:<name-or-path> | selector:<dir>",
+    _option_flag(rollout, RolloutOptions, "cases")
+    _option_flag(rollout, RolloutOptions, "policy")
+    _option_flag(rollout, RolloutOptions, "arm", choices=ARMS)
+    for name in ("workers", "group", "seed"):
+        _option_flag(rollout, RolloutOptions, name)
+    _option_flag(rollout, RolloutOptions, "mode", choices=MODES)
+    _option_flag(rollout, RolloutOptions, "feedback", choices=FEEDBACK)
+    _hf_policy_flags(rollout, RolloutOptions)
+    _option_flag(
+        rollout,
+        RolloutOptions,
+        "labels",
+        "--label",
+        type=_label,
+        action=_Pairs,
+        metavar="KEY=VALUE",
+        help="a run label for the report",
     )
-    rollout.add_argument("--arm", default=DEFAULT_ARM, choices=ARMS)
-    rollout.add_argument("--workers", type=int, default=2, help="Ray validator workers (0 = in-process, no Ray)")
-    rollout.add_argument("--group", type=int, default=1, help="episodes per case (G)")
-    rollout.add_argument("--seed", type=int, default=0)
-    rollout.add_argument("--max-new-tokens", type=int, default=160, help="hf policies: generation budget per attempt")
-    rollout.add_argument("--temperature", type=float, default=1.0, help="hf policies: sampling temperature")
-    rollout.add_argument("--mode", choices=MODES, default="same_information", help="hf policies: which public blocks")
-    rollout.add_argument("--feedback", choices=FEEDBACK, default="full", help="hf policies: how much of the typed report")
-    _hf_policy_options(rollout)
-    rollout.add_argument("--label", type=_label, action="append", metavar="KEY=VALUE", help="a run label for the report")
-    rollout.add_argument("--out", required=True, help="a new run directory")
-    rollout.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _option_flag(rollout, RolloutOptions, "out")
+    _option_flag(rollout, RolloutOptions, "progress", "--no-progress", action="store_const", const=False, help="no progress bars")
+    _config_flags(
+        rollout, "a YAML file of rollout options (as --print-config shows), applied before flags and overrides", "group=4"
+    )
     rollout.set_defaults(func=cmd_rollout)
 
     study = sub.add_parser("study", help="the runs of one study table: feedback, noise, budget, horizon or transfer")
-    study.add_argument("study", choices=("feedback", "noise", "budget", "horizon", "transfer"))
-    study.add_argument("--out", required=True, help="the study's directory (re-running resumes it)")
-    study.add_argument(
-        "--policy",
-        default="heuristic",
-        help="replay | heuristic | hf:<preset> | hf:<trained model or adapter dir> | selector:<dir>",
+    study.add_argument("set:study", nargs="?", default=argparse.SUPPRESS, metavar="STUDY", help=" | ".join(STUDIES))
+    _option_flag(study, StudyOptions, "out")
+    _option_flag(study, StudyOptions, "policy")
+    _option_flag(study, StudyOptions, "cases", help="the held-out case set (noise: generated under --out when not given)")
+    _option_flag(study, StudyOptions, "arm", choices=ARMS)
+    for name in ("stage", "workers", "seed", "n"):
+        _option_flag(study, StudyOptions, name)
+    _hf_policy_flags(study, StudyOptions)
+    _config_flags(
+        study,
+        "transfer: the training config YAML",
+        "temperature=0.5; for transfer, training keys too (grpo.steps=10)",
     )
-    study.add_argument("--cases", help="the held-out case set (noise: generated under --out when not given)")
-    study.add_argument("--arm", default=DEFAULT_ARM, choices=ARMS)
-    study.add_argument("--stage", default="", help="a label for the policy's training stage, e.g. grpo")
-    study.add_argument("--workers", type=int, default=0, help="Ray validator workers (0 = in-process, no Ray)")
-    study.add_argument("--seed", type=int, default=0)
-    study.add_argument("--n", type=int, default=64, help="noise and transfer: held-out cases to generate")
-    study.add_argument("--max-new-tokens", type=int, default=160, help="hf policies: generation budget per attempt")
-    study.add_argument("--temperature", type=float, default=0.0, help="hf policies: 0 = greedy")
-    _hf_policy_options(study)
-    study.add_argument("--config", help="transfer: the training config YAML")
-    study.add_argument("overrides", nargs="*", metavar="key=value", help="transfer: training config overrides")
-    study.add_argument("--no-progress", action="store_true", help="no progress bars")
-    study.set_defaults(func=cmd_study, mode="same_information")
+    _option_flag(study, StudyOptions, "progress", "--no-progress", action="store_const", const=False, help="no progress bars")
+    study.set_defaults(func=cmd_study)
 
     report = sub.add_parser("report", help="join frozen runs to their targets: tables, plots and an HTML report")
-    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="rollout runs, training outputs or study directories")
-    report.add_argument("--out", required=True, help="the report directory")
-    report.add_argument("--cases", action="append", help="extra case sets the runs were made from (repeatable)")
-    report.add_argument("--thresholds", type=_thresholds, default=(0.5, 0.6, 0.7, 0.8, 0.9), help="calibration thresholds")
-    report.add_argument("--workers", type=int, default=1, help="Ray Data scoring workers (0 = in-process, no Ray)")
-    report.add_argument("--no-progress", action="store_true", help="no progress bars")
-    report.set_defaults(func=cmd_report)
+    report.add_argument(
+        "items", nargs="*", metavar="RUN_DIR", help="rollout runs, training outputs or study directories; key=value overrides"
+    )
+    _option_flag(report, ReportOptions, "out")
+    _option_flag(report, ReportOptions, "cases", action="append", help="extra case sets the runs were made from (repeatable)")
+    _option_flag(report, ReportOptions, "thresholds", type=_thresholds)
+    _option_flag(report, ReportOptions, "workers", help="Ray Data scoring workers (0 = in-process, no Ray)")
+    _option_flag(report, ReportOptions, "progress", "--no-progress", action="store_const", const=False, help="no progress bars")
+    report.add_argument("--config", help="a YAML file of report options (as --print-config shows)")
+    report.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    report.set_defaults(func=cmd_report, overrides=[])
 
     ledger = sub.add_parser("ledger", help="ledger tools")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
@@ -776,9 +863,9 @@ def build_parser() -> argparse.ArgumentParser:
     screen.set_defaults(func=cmd_screen)
 
     train = sub.add_parser("train", help="SFT then GRPO training from a YAML config with key=value overrides")
-    train.add_argument("--config", help="training config YAML (e.g. tune_configs/tiny.yaml); defaults apply without one")
-    train.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. grpo.steps=10 resume=true")
-    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    _config_flags(
+        train, "training config YAML (e.g. tune_configs/tiny.yaml); defaults apply without one", "grpo.steps=10 resume=true"
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     train.set_defaults(func=cmd_train)
 
@@ -798,17 +885,18 @@ def build_parser() -> argparse.ArgumentParser:
     selector = sub.add_parser(
         "train-selector", help="PPO (RLlib) for a candidate-selection policy, no language model (docs/selector.md)"
     )
-    selector.add_argument("--config", help="selector config YAML (e.g. tune_configs/selector.yaml); defaults apply without one")
-    selector.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. ppo.iterations=10")
-    selector.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    _config_flags(
+        selector, "selector config YAML (e.g. tune_configs/selector.yaml); defaults apply without one", "ppo.iterations=10"
+    )
     selector.add_argument("--no-progress", action="store_true", help="no progress bars")
-    selector.set_defaults(func=cmd_train_selector)
+    selector.set_defaults(func=cmd_train)
 
     tune = sub.add_parser("tune", help="a Ray Tune sweep of training runs (tune_configs/*.yaml)")
     tune.add_argument("--config", help="sweep YAML: base config, search space, metric")
     tune.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the sweep file's keys")
     tune.add_argument("--local", action="store_true", help="apply the sweep file's local: section (its 2-core size)")
     tune.add_argument("--resume", metavar="DIR", help="continue an interrupted sweep from its directory (<out>/<name>)")
+    tune.add_argument("--print-config", action="store_true", help="print the resolved sweep and exit")
     tune.add_argument(
         "--dry-run",
         action="store_true",
@@ -820,7 +908,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may follow flags (`rollout --workers 0 seed=3`), which argparse leaves over
+    stray = [item for item in extra if item.startswith("-") or "=" not in item or not hasattr(args, "overrides")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     try:
         return int(args.func(args))
     except ContractRLError as exc:

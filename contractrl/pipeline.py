@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from .analysis.options import ReportConfig
 from .analysis.report import Report, build_report
-from .analysis.tables import DEFAULT_THRESHOLDS
-from .configtree import check, from_dict, merge, nest, parse_overrides, setting, to_dict
-from .experiments.studies import StudySetup, evaluate
+from .configtree import check, derive, from_dict, merge, nest, parse_overrides, setting, to_dict
+from .experiments.studies import StudySetup, evaluate, replay_policy
+from .rollout.options import DEFAULT_MAX_NEW_TOKENS
 from .rollout.run import RolloutRun
 from .tasks.bfcl_wheel import CATEGORIES as BFCL_CATEGORIES
 from .trainer.config import TrainConfig
@@ -91,7 +92,7 @@ class WholeObjectConfig:
 
     enabled: bool = setting(True, help="train and evaluate the whole-object arms")
     sft_steps: int = setting(60, help="SFT steps on gold target objects (the patch arms' SFT budget)")
-    max_new_tokens: int = setting(160, help="generation limit per whole object")
+    max_new_tokens: int = setting(DEFAULT_MAX_NEW_TOKENS, help="generation limit per whole object")
     policy_actors: int = setting(0, help="held-out evaluation on N Ray actors, each holding the model (0 = here)")
     gpus_per_actor: float = setting(0.0, help="GPUs per policy actor")
 
@@ -100,16 +101,6 @@ class WholeObjectConfig:
         check(self.max_new_tokens >= 8, f"whole_object.max_new_tokens must be >= 8, got {self.max_new_tokens}")
         check(self.policy_actors >= 0, f"whole_object.policy_actors must be >= 0, got {self.policy_actors}")
         check(self.gpus_per_actor >= 0, f"whole_object.gpus_per_actor must be >= 0, got {self.gpus_per_actor}")
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    workers: int = setting(1, help="Ray Data scoring workers (0 scores in this process)")
-    thresholds: tuple[float, ...] = setting(DEFAULT_THRESHOLDS, help="confidence thresholds of the coverage-risk table")
-
-    def __post_init__(self) -> None:
-        check(self.workers >= 0, f"report.workers must be >= 0, got {self.workers}")
-        check(all(0.0 <= t <= 1.0 for t in self.thresholds), "report.thresholds must lie in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -163,8 +154,7 @@ class MainJobResult:
 
 
 def _train_config(config: MainJobConfig, name: str, extra: dict[str, Any]) -> TrainConfig:
-    base = to_dict(config.train)
-    return from_dict(TrainConfig, merge(base, {"out": str(Path(config.out) / name), "resume": True, **extra}))
+    return derive(config.train, extra, out=str(Path(config.out) / name), resume=True)
 
 
 def uses_ray(config: MainJobConfig) -> bool:
@@ -294,7 +284,7 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
     if config.references:
         heuristic = StudySetup(lambda _: HeuristicPolicy(), pool, seed=config.train.seed, progress=progress)
         evaluate(heuristic, cases, out / "heuristic", labels)
-        replay = StudySetup(lambda _: _replay_policy(eval_cases), pool, seed=config.train.seed, progress=progress)
+        replay = StudySetup(lambda _: replay_policy(eval_cases), pool, seed=config.train.seed, progress=progress)
         evaluate(replay, cases, out / "replay", labels)
 
 
@@ -352,15 +342,6 @@ def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, pro
         setup = StudySetup(lambda _, p=policy: p, pool, arm=arm, seed=seed, model=label, stage=stage_name, progress=progress)
         evaluate(setup, cases, run_dir, labels)
     return ""
-
-
-def _replay_policy(case_dir: Path) -> Any:
-    """Oracle replay: the gold answers (the mechanism check, given targets by design)."""
-    from .rollout.policies import ReplayPolicy
-    from .tasks.demonstrations import gold_answer
-    from .tasks.offline import read_cases
-
-    return ReplayPolicy({case.public.case_id: [gold_answer(case, "contractrl")] for case in read_cases(case_dir)})
 
 
 def format_summary(rows: list[dict[str, Any]]) -> str:

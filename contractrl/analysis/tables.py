@@ -21,10 +21,10 @@ import pandas as pd
 
 from ..tasks.corruptions import CLEAN_FAMILIES, NOISE_FAMILIES
 from .dictionary import typed
+from .options import DEFAULT_THRESHOLDS
 from .stats import effect_size, mcnemar_exact, paired_bootstrap, seed_spread
 from .systems import run_names, with_system
 
-DEFAULT_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
 REFERENCE_POLICIES = frozenset({"heuristic", "replay"})
 # policies without a language model: never the subject of the paired report about the LM policy
 NON_LM_POLICIES = REFERENCE_POLICIES | {"selector"}

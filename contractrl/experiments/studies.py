@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..configtree import from_dict, merge, to_dict
-from ..rollout.policies import Policy
+from ..configtree import derive
+from ..rollout.policies import Policy, ReplayPolicy
 from ..rollout.prompts import FEEDBACK
 from ..rollout.run import RolloutRun, write_run
 from ..rollout.runner import EpisodeRunner, WorkerPool
@@ -34,13 +34,15 @@ from ..tasks.arms import DEFAULT_ARM
 from ..tasks.cases import Case, PublicCase
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CLEAN_FAMILIES, NOISE_FAMILIES
+from ..tasks.demonstrations import gold_answer
 from ..tasks.generate import GenerateConfig, generate_cases
+from ..tasks.offline import read_cases
 from ..tasks.store import write_case_set
 from ..trainer.config import TrainConfig
+from .options import STUDIES
 
 DEFAULT_BUDGETS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2), (3, 3), (4, 4))  # (attempts B, operations K)
 DEFAULT_HORIZONS: tuple[int, ...] = (1, 3, 5, 8)
-STUDIES = ("feedback", "noise", "budget", "horizon", "transfer")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ def evaluate(
             run_dir, config, runner, list(cases), group=1, seed=setup.seed, progress=bar, labels=labels, trajectories=trajectories
         )
     return run_dir
+
+
+def replay_policy(case_dir: str | Path, arm: str = DEFAULT_ARM) -> ReplayPolicy:
+    """Oracle replay: each case's gold answer for ``arm``, the mechanism check (the one policy given
+    targets, by design). Targets are read here, from the case set's offline half, never inside
+    rollout code."""
+    return ReplayPolicy({case.public.case_id: [gold_answer(case, arm)] for case in read_cases(case_dir)})
 
 
 def feedback_study(
@@ -192,8 +201,7 @@ def transfer_study(
         if RolloutRun(run_dir).is_frozen():
             runs.append(run_dir)
             continue
-        overrides = {"out": str(fold / "train"), "data": {"tool_families": list(trained_on)}, "resume": True}
-        fold_config = from_dict(TrainConfig, merge(to_dict(config), overrides))
+        fold_config = derive(config, {"data.tool_families": trained_on}, out=str(fold / "train"), resume=True)
         result = train(fold_config, progress=progress)
         case_config = GenerateConfig(
             seed=derived_seed(config.data.seed, "transfer", heldout),
@@ -244,5 +252,6 @@ __all__ = [
     "noise_cases",
     "noise_study",
     "rebudget",
+    "replay_policy",
     "transfer_study",
 ]

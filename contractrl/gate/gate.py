@@ -36,6 +36,7 @@ from ..tasks.arms import DEFAULT_ARM, arm_spec
 from ..tasks.cases import PublicCase
 from ..validators import Budgets, Code, VerifierReport, parse_json_text
 from ..validators.jsonvalue import canonical_json, sha256_json
+from ..validators.transition import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS
 from .calls import ToolCall, parse_call
 from .decision import INTERNAL_ERROR, POLICY_ERROR, TOKEN_BUDGET, UNKNOWN_TOOL, UNVERIFIED, Decision, Dispatch, Refusal
 from .policy import HFOptions, policy_from_spec, policy_name
@@ -50,8 +51,8 @@ class GateBudgets:
     """Per call: decisions the policy may make (attempts), patch operations, and generated tokens
     over all attempts (None: no token budget). The first two are the episodes' :class:`Budgets`."""
 
-    max_attempts: int = 2
-    max_ops: int = 2
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_ops: int = DEFAULT_MAX_OPS
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..rollout.options import DEFAULT_MAX_NEW_TOKENS
 from ..rollout.policies import HeuristicPolicy, Policy
 from ..tasks.arms import DEFAULT_ARM, arm_spec
 
@@ -27,7 +28,7 @@ class HFOptions:
 
     shield_k: int = 1
     enumerate: bool = True
-    max_new_tokens: int = 160
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     temperature: float = 0.0
     mode: str = "same_information"
     feedback: str = "full"

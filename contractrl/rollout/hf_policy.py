@@ -32,6 +32,7 @@ from .cpu import compute_context, release_memory
 from .decode import Decoded, prefill, sample_answers, score_texts
 from .env import contract_for
 from .native_log import native_stderr_to_log
+from .options import DEFAULT_MAX_NEW_TOKENS
 from .policies import ABSTAIN, Generation, Observation
 from .prompts import render_messages, render_prompt
 from .shield import answer_key, choose, enumerated_answers, probe
@@ -39,7 +40,7 @@ from .shield import answer_key, choose, enumerated_answers, probe
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    max_new_tokens: int = 160
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     temperature: float = 1.0
     top_p: float = 1.0
     do_sample: bool = True

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..validators import Verifier, load_contract
 from ..validators.jsonvalue import canonical_json
+from ..validators.transition import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS
 from .cases import ABSTAIN, Case, OfflineCase, PublicCase, cluster_key
 from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
@@ -33,8 +34,8 @@ class GenerateConfig:
     n: int
     families: tuple[str, ...] = CORRUPTION_FAMILIES
     tool_families: tuple[str, ...] = TOOL_FAMILIES
-    max_attempts: int = 2
-    max_ops: int = 2
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_ops: int = DEFAULT_MAX_OPS
     source: str = BUILTIN  # or bfcl:CATEGORY, bfcl:DIR, jsonschema:DIR, bfcl-results:DIR, bfcl-results-live:DIR
     request_style: str = "verbatim"  # or paraphrase (tasks/requests.py)
 

@@ -118,7 +118,7 @@ def run_screen(bfcl_dir: str | Path, seed: int = 13, per_family: int = 32) -> di
     for case in cases:
         entry = by_id[case.entry_id]
         params = entry.function(case.function).parameters
-        contract = RepairContract(Verifier.build(params), Budgets(max_attempts=2, max_ops=2))
+        contract = RepairContract(Verifier.build(params), Budgets())
         state = contract.initial_state(case.candidate)
         result = contract.step(state, json.dumps(case.patch))
         used = result.state.attempts_used

@@ -22,6 +22,7 @@ from ..tasks.bfcl_wheel import check_trainable
 from ..tasks.catalog import TOOL_FAMILIES
 from ..tasks.corruptions import CORRUPTION_FAMILIES
 from ..tasks.sources import check_source
+from ..validators.transition import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS
 from .presets import PRESETS, TinyConfig
 
 Stage = Literal["sft", "grpo"]
@@ -140,8 +141,8 @@ class DataConfig:
         CORRUPTION_FAMILIES, help="corruption families to draw cases from (those the source can host)"
     )
     tool_families: tuple[str, ...] = setting(TOOL_FAMILIES, help="tool families of the built-in catalog to draw from")
-    max_attempts: int = setting(2, help="attempt budget B of every episode")
-    max_ops: int = setting(2, help="operation budget K of every episode")
+    max_attempts: int = setting(DEFAULT_MAX_ATTEMPTS, help="attempt budget B of every episode")
+    max_ops: int = setting(DEFAULT_MAX_OPS, help="operation budget K of every episode")
     contrast_form: Literal["appended", "clause"] = setting(
         "appended",
         help="how an unrepairable case's minimal contrast (sft/grpo.contrast_unrepairable) states the withheld "

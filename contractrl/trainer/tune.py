@@ -26,16 +26,15 @@ sweep raises :class:`SweepInterrupted` and is continued with ``contractrl tune -
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..configtree import check, from_dict, merge, nest, parse_overrides, read_yaml, to_dict
+from ..configtree import check, derive, from_dict, merge, nest, parse_overrides, read_yaml, setting, to_dict
 from ..errors import ConfigError
 from ..validators.jsonvalue import sha256_json
 from .config import TrainConfig
@@ -70,21 +69,25 @@ def trial_config_class(kind: str) -> type[Any]:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    base: str
-    kind: SweepKind = "train"
-    name: str = "sweep"
-    out: str = "runs/tune"
-    overrides: dict[str, Any] = field(default_factory=dict)
-    search: dict[str, Any] = field(default_factory=dict)
-    num_samples: int = 1
-    metric: str = "eval_semantic_success"
-    mode: Literal["max", "min"] = "max"
-    max_concurrent_trials: int = 1
-    seed: int = 0
-    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
-    wandb_project: str = "contractrl-sweeps"
-    local: dict[str, Any] = field(default_factory=dict)
-    wait_for_resources: bool = False
+    """A sweep file (``tune_configs/*.yaml``): its base training config, what it searches, how it ranks."""
+
+    base: str = setting(help="the base config YAML every trial starts from (relative to the sweep file)")
+    kind: SweepKind = setting("train", help="what a trial trains: train (the LM) or selector (PPO)")
+    name: str = setting("sweep", help="the sweep's name: it writes under out/name")
+    out: str = setting("runs/tune", help="where sweeps write")
+    overrides: dict[str, Any] = setting(factory=dict, help="dotted base-config keys every trial sets")
+    search: dict[str, Any] = setting(
+        factory=dict, help=f"dotted config key -> one space ({', '.join(SPACES)}: [values] or [low, high])"
+    )
+    num_samples: int = setting(1, help="samples of the search space (each grid point this many times)")
+    metric: str = setting("eval_semantic_success", help="the trial metric the sweep ranks by")
+    mode: Literal["max", "min"] = setting("max", help="whether the best trial maximises or minimises the metric")
+    max_concurrent_trials: int = setting(1, help="trials that run at once")
+    seed: int = setting(0, help="the search's seed")
+    wandb_mode: Literal["offline", "online", "disabled"] = setting("offline", help="W&B logging of every trial")
+    wandb_project: str = setting("contractrl-sweeps", help="the W&B project")
+    local: dict[str, Any] = setting(factory=dict, help="sweep keys that --local applies (the sweep's 2-core size)")
+    wait_for_resources: bool = setting(False, help="queue a trial that does not fit the cluster yet instead of refusing")
 
     def __post_init__(self) -> None:
         check(self.num_samples >= 1, f"num_samples must be >= 1, got {self.num_samples}")
@@ -194,7 +197,7 @@ def _fixes(sweep: SweepConfig, config: Any, capacity: Capacity) -> list[str]:
     """Ways to make one trial fit, each checked against ``capacity``."""
     fixes = ["add --local (the sweep's 2-core size)"] if sweep.local else []
     if isinstance(config, TrainConfig) and config.resources.num_workers > 0:
-        without = dataclasses.replace(config, resources=dataclasses.replace(config.resources, num_workers=0))
+        without = derive(config, {"resources.num_workers": 0})
         cpus, gpus = trial_need(trial_resources(without))
         if cpus <= capacity.cpus and gpus <= capacity.gpus:
             fixes.append(f"override overrides.resources.num_workers=0 (then it needs {cpus:g} CPUs)")

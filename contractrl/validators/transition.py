@@ -31,13 +31,18 @@ from .report import VerifierReport
 from .strict_json import parse_response
 from .verifier import Verifier
 
+# The paper's chosen budgets, B=2 attempts and K=2 operations: the one default of every episode,
+# case set, gate and screen (each may be given others; a study varies them).
+DEFAULT_MAX_ATTEMPTS = 2
+DEFAULT_MAX_OPS = 2
+
 
 @dataclass(frozen=True, slots=True)
 class Budgets:
-    """Attempt and operation budgets (the paper's chosen B=2, K=2) and the allowed op kinds."""
+    """Attempt and operation budgets and the allowed op kinds."""
 
-    max_attempts: int = 2
-    max_ops: int = 2
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_ops: int = DEFAULT_MAX_OPS
     allowed_ops: frozenset[str] = frozenset(OP_KINDS)
 
     def __post_init__(self) -> None:

@@ -95,6 +95,7 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
         raise ConfigError(f"{prefix or 'config'} must be a mapping, not {type(data).__name__} ({data!r})")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    _refuse_old_keys(cls, data, prefix)
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
@@ -111,12 +112,32 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
             if dataclasses.is_dataclass(default):
                 value = merge(to_dict(default), value)
         kwargs[name] = _coerce(hints[name], value, _join(prefix, name))
+        error = range_error(spec.metadata, kwargs[name], _join(prefix, name))
+        if error:
+            raise ConfigError(error)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{prefix or 'config'}: {exc}") from exc
+
+
+def _refuse_old_keys(cls: type[Any], data: Mapping[str, Any], prefix: str) -> None:
+    """A key a config class lists in ``MOVED_KEYS`` (old dotted key -> new) or ``REMOVED_KEYS``
+    (old dotted key -> why) fails with its new name or the reason, so an old YAML file or override
+    is refused on one line rather than half-applied."""
+    for table, moved in ((getattr(cls, "MOVED_KEYS", {}), True), (getattr(cls, "REMOVED_KEYS", {}), False)):
+        for old, target in table.items():
+            node: Any = data
+            for part in old.split("."):
+                if not isinstance(node, Mapping) or part not in node:
+                    break
+                node = node[part]
+            else:
+                if moved:
+                    raise ConfigError(f"config key {_join(prefix, old)!r} moved to {_join(prefix, target)!r}")
+                raise ConfigError(f"config key {_join(prefix, old)!r} was removed: {target}")
 
 
 def to_dict(config: Any) -> Any:
@@ -209,14 +230,63 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
 _DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
-def setting(default: Any = dataclasses.MISSING, *, help: str, factory: Callable[[], Any] | None = None) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    factory: Callable[[], Any] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    multiple_of: int | None = None,
+    nonempty: bool = False,
+    why: str = "",
+) -> Any:
     """A config field with its one-line help text, which ``--print-config`` shows beside the value
-    (field metadata, as TRL's configs carry it). ``factory`` builds mutable or nested defaults."""
+    (field metadata, as TRL's configs carry it). ``factory`` builds mutable or nested defaults.
+
+    The bounds (``ge``, ``gt``, ``le``, ``lt``, ``multiple_of``, ``nonempty``) are checked by the
+    loader with the key's dotted name, so a range lives once, beside its field, instead of as a
+    hand-written line per key; ``why`` is appended to the error (``(0: blind sampling)``)."""
     if not help.strip():
         raise ValueError("a config field needs a help text")
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "multiple_of": multiple_of, "nonempty": nonempty or None}
+    metadata = {"help": help, **{k: v for k, v in bounds.items() if v is not None}}
+    if why:
+        metadata["why"] = why
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def range_error(meta: Mapping[str, Any], value: Any, key: str) -> str | None:
+    """The one-line error for ``value`` at ``key`` against a field's bounds, or None when it fits."""
+    why = f" {meta['why']}" if meta.get("why") else ""
+    if meta.get("nonempty") and not value:
+        return f"{key} must not be empty{why}"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    low = ("ge", meta["ge"]) if "ge" in meta else ("gt", meta["gt"]) if "gt" in meta else None
+    high = ("le", meta["le"]) if "le" in meta else ("lt", meta["lt"]) if "lt" in meta else None
+    fits = all(
+        {"ge": value >= bound, "gt": value > bound, "le": value <= bound, "lt": value < bound}[kind]
+        for kind, bound in (b for b in (low, high) if b is not None)
+    )  # NaN fits no bound: every comparison with it is false
+    if not fits:
+        if low and high:
+            return (
+                f"{key} must be in {'[' if low[0] == 'ge' else '('}{low[1]}, {high[1]}{']' if high[0] == 'le' else ')'}"
+                f"{why}, got {value}"
+            )
+        kind, bound = low or high  # type: ignore[misc]
+        return f"{key} must be {_SIGNS[kind]} {bound}{why}, got {value}"
+    if meta.get("multiple_of") and value % meta["multiple_of"]:
+        return f"{key} must be a multiple of {meta['multiple_of']}{why}, got {value}"
+    return None
+
+
+_SIGNS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 
 
 def to_commented_yaml(config: Any, indent: int = 0) -> str:
@@ -236,7 +306,8 @@ def to_commented_yaml(config: Any, indent: int = 0) -> str:
 
 
 def check(condition: bool, message: str) -> None:
-    """Raise :class:`ConfigError` unless ``condition``: for range checks in ``__post_init__``."""
+    """Raise :class:`ConfigError` unless ``condition``: for the cross-field checks of ``__post_init__``
+    (a single field's range is :func:`setting` metadata)."""
     if not condition:
         raise ConfigError(message)
 
@@ -248,6 +319,7 @@ __all__ = [
     "merge",
     "nest",
     "parse_overrides",
+    "range_error",
     "read_yaml",
     "setting",
     "to_commented_yaml",

@@ -181,7 +181,6 @@ def transfer_study(
         do_sample=False,
         batch_size=config.eval.batch_size,
         shield_k=config.eval.shield_k,
-        shield_enumerate=config.eval.shield_enumerate,
     )
     runs = []
     for heldout in families:
@@ -191,7 +190,11 @@ def transfer_study(
         if RolloutRun(run_dir).is_frozen():
             runs.append(run_dir)
             continue
-        overrides = {"out": str(fold / "train"), "data": {"tool_families": list(trained_on)}, "resume": True}
+        overrides = {
+            "out": str(fold / "train"),
+            "experimental": {"transfer": {"tool_families": list(trained_on)}},
+            "resume": True,
+        }
         fold_config = from_dict(TrainConfig, merge(to_dict(config), overrides))
         result = train(fold_config, progress=progress)
         case_config = GenerateConfig(

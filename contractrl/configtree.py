@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import operator
 import re
 import types
 import typing
@@ -267,26 +268,26 @@ def range_error(meta: Mapping[str, Any], value: Any, key: str) -> str | None:
         return f"{key} must not be empty{why}"
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    low = ("ge", meta["ge"]) if "ge" in meta else ("gt", meta["gt"]) if "gt" in meta else None
-    high = ("le", meta["le"]) if "le" in meta else ("lt", meta["lt"]) if "lt" in meta else None
-    fits = all(
-        {"ge": value >= bound, "gt": value > bound, "le": value <= bound, "lt": value < bound}[kind]
-        for kind, bound in (b for b in (low, high) if b is not None)
-    )  # NaN fits no bound: every comparison with it is false
-    if not fits:
-        if low and high:
-            return (
-                f"{key} must be in {'[' if low[0] == 'ge' else '('}{low[1]}, {high[1]}{']' if high[0] == 'le' else ')'}"
-                f"{why}, got {value}"
-            )
-        kind, bound = low or high  # type: ignore[misc]
-        return f"{key} must be {_SIGNS[kind]} {bound}{why}, got {value}"
+    bounds = [(kind, meta[kind]) for kind in _BOUNDS if kind in meta]
+    if not all(_BOUNDS[kind][0](value, bound) for kind, bound in bounds):  # NaN fits no bound
+        if len(bounds) == 2:
+            (low, a), (high, b) = bounds
+            opening, closing = "(" if low == "gt" else "[", ")" if high == "lt" else "]"
+            return f"{key} must be in {opening}{a}, {b}{closing}{why}, got {value}"
+        ((kind, bound),) = bounds
+        return f"{key} must be {_BOUNDS[kind][1]} {bound}{why}, got {value}"
     if meta.get("multiple_of") and value % meta["multiple_of"]:
         return f"{key} must be a multiple of {meta['multiple_of']}{why}, got {value}"
     return None
 
 
-_SIGNS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+# each bound's test and its sign, lower bounds first (a field takes at most one of each side)
+_BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    "ge": (operator.ge, ">="),
+    "gt": (operator.gt, ">"),
+    "le": (operator.le, "<="),
+    "lt": (operator.lt, "<"),
+}
 
 
 def to_commented_yaml(config: Any, indent: int = 0) -> str:

@@ -75,8 +75,8 @@ DEFAULTS = (
     "train.wandb.mode=disabled",
     # the recorded run's settings (RESULTS.md, 2026-12-01), since changed in the defaults; the later
     # sections of RESULTS.md give the overrides of each measured change
-    "train.sft.contrast_unrepairable=false",
-    "train.sft.noisy_report_retries=false",
+    "train.experimental.contrast.sft=false",
+    "train.experimental.noisy_retries.enabled=false",
     "train.eval.shield_k=0",
     "train.model.lora.top_layers=0",  # every layer adapted (the main job adapts the top 15 since 2026-12-03)
 )

@@ -58,7 +58,7 @@ def time_steps(config: TrainConfig, batches: Sequence[Sequence[tuple[list[int], 
     learner.start_stage("sft", len(batches))
     seconds, losses = [], []
     for batch in batches:
-        denominator = sum(sft_token_weight(answer, config.sft.decision_weight) for _, answer in batch)
+        denominator = sum(sft_token_weight(answer, config.experimental.contrast.decision_weight) for _, answer in batch)
         start = time.perf_counter()
         stats = learner.sft_step(batch, denominator)
         seconds.append(time.perf_counter() - start)

@@ -235,7 +235,12 @@ def prepare(args: argparse.Namespace) -> int:
 
     model_dir = Path("runs/models/smollm2-135m-instruct")
     tok = AutoTokenizer.from_pretrained(model_dir)
-    overrides = ["data.train_cases=520", "sft.steps=300", "sft.contrast_unrepairable=true", "sft.noisy_report_retries=true"]
+    overrides = [
+        "data.train_cases=520",
+        "sft.steps=300",
+        "experimental.contrast.sft=true",
+        "experimental.noisy_retries.enabled=true",
+    ]
     cfg = load_config(TrainConfig, None, overrides)
     examples, _ = sft_examples(sft_demonstrations(read_cases("runs/exp_c300_noisy/cases/train"), cfg), cfg.sft.arm, tok)
     examples = [e for e in examples if len(e[0]) + len(e[1]) <= cfg.sft.max_tokens]

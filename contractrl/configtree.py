@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import operator
 import re
 import types
 import typing
@@ -95,6 +96,7 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
         raise ConfigError(f"{prefix or 'config'} must be a mapping, not {type(data).__name__} ({data!r})")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    _refuse_old_keys(cls, data, prefix)
     _refuse_unknown(data, fields, prefix)
     kwargs = {}
     for name, value in data.items():
@@ -106,6 +108,9 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
             if dataclasses.is_dataclass(default):
                 value = merge(to_dict(default), value)
         kwargs[name] = _coerce(hints[name], value, _join(prefix, name))
+        error = range_error(spec.metadata, kwargs[name], _join(prefix, name))
+        if error:
+            raise ConfigError(error)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -115,7 +120,7 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
 
 
 def derive(config: T, overrides: Mapping[str, Any] | Sequence[str] = (), /, **changes: Any) -> T:
-    """A typed variant of ``config``: ``derive(train, {"data.tool_families": ["files"]}, resume=True)``.
+    """A typed variant of ``config``: ``derive(train, {"sft.steps": 10}, resume=True)``.
 
     ``overrides`` holds dotted keys (a mapping, or ``key=value`` strings as the command line gives
     them); ``changes`` top-level fields. The result equals ``from_dict(type(config),
@@ -133,7 +138,8 @@ def _is_items(overrides: Any) -> bool:
 def _derive(config: T, data: Mapping[str, Any], prefix: str) -> T:
     cls = type(config)
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(config) if f.init}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(config) if f.init}  # type: ignore[arg-type]
+    _refuse_old_keys(cls, data, prefix)
     _refuse_unknown(data, fields, prefix)
     kwargs = {}
     for name, value in data.items():
@@ -146,6 +152,9 @@ def _derive(config: T, data: Mapping[str, Any], prefix: str) -> T:
             kwargs[name] = _coerce(hints[name], merge(current, value), key)  # a mapping merges, as a loaded one does
         else:
             kwargs[name] = _coerce(hints[name], value, key)
+        error = range_error(fields[name].metadata, kwargs[name], key)  # the same metadata checks as a load
+        if error:
+            raise ConfigError(error)
     try:
         return dataclasses.replace(config, **kwargs)  # type: ignore[type-var]
     except (TypeError, ValueError) as exc:
@@ -161,6 +170,23 @@ def _refuse_unknown(data: Mapping[str, Any], fields: Collection[str], prefix: st
         close = difflib.get_close_matches(str(key), list(fields), n=1)
         hint = f"; did you mean {_join(prefix, close[0])!r}?" if close else f"; known keys: {', '.join(sorted(fields))}"
         raise ConfigError(f"unknown config key {_join(prefix, str(key))!r}{hint}")
+
+
+def _refuse_old_keys(cls: type[Any], data: Mapping[str, Any], prefix: str) -> None:
+    """A key a config class lists in ``MOVED_KEYS`` (old dotted key -> new) or ``REMOVED_KEYS``
+    (old dotted key -> why) fails with its new name or the reason, so an old YAML file or override
+    is refused on one line rather than half-applied."""
+    for table, moved in ((getattr(cls, "MOVED_KEYS", {}), True), (getattr(cls, "REMOVED_KEYS", {}), False)):
+        for old, target in table.items():
+            node: Any = data
+            for part in old.split("."):
+                if not isinstance(node, Mapping) or part not in node:
+                    break
+                node = node[part]
+            else:
+                if moved:
+                    raise ConfigError(f"config key {_join(prefix, old)!r} moved to {_join(prefix, target)!r}")
+                raise ConfigError(f"config key {_join(prefix, old)!r} was removed: {target}")
 
 
 def to_dict(config: Any) -> Any:
@@ -253,14 +279,63 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
 _DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
-def setting(default: Any = dataclasses.MISSING, *, help: str, factory: Callable[[], Any] | None = None) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    factory: Callable[[], Any] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    multiple_of: int | None = None,
+    nonempty: bool = False,
+    why: str = "",
+) -> Any:
     """A config field with its one-line help text, which ``--print-config`` shows beside the value
-    (field metadata, as TRL's configs carry it). ``factory`` builds mutable or nested defaults."""
+    (field metadata, as TRL's configs carry it). ``factory`` builds mutable or nested defaults.
+
+    The bounds (``ge``, ``gt``, ``le``, ``lt``, ``multiple_of``, ``nonempty``) are checked by the
+    loader with the key's dotted name, so a range lives once, beside its field, instead of as a
+    hand-written line per key; ``why`` is appended to the error (``(0: blind sampling)``)."""
     if not help.strip():
         raise ValueError("a config field needs a help text")
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt, "multiple_of": multiple_of, "nonempty": nonempty or None}
+    metadata = {"help": help, **{k: v for k, v in bounds.items() if v is not None}}
+    if why:
+        metadata["why"] = why
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def range_error(meta: Mapping[str, Any], value: Any, key: str) -> str | None:
+    """The one-line error for ``value`` at ``key`` against a field's bounds, or None when it fits."""
+    why = f" {meta['why']}" if meta.get("why") else ""
+    if meta.get("nonempty") and not value:
+        return f"{key} must not be empty{why}"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    bounds = [(kind, meta[kind]) for kind in _BOUNDS if kind in meta]
+    if not all(_BOUNDS[kind][0](value, bound) for kind, bound in bounds):  # NaN fits no bound
+        if len(bounds) == 2:
+            (low, a), (high, b) = bounds
+            opening, closing = "(" if low == "gt" else "[", ")" if high == "lt" else "]"
+            return f"{key} must be in {opening}{a}, {b}{closing}{why}, got {value}"
+        ((kind, bound),) = bounds
+        return f"{key} must be {_BOUNDS[kind][1]} {bound}{why}, got {value}"
+    if meta.get("multiple_of") and value % meta["multiple_of"]:
+        return f"{key} must be a multiple of {meta['multiple_of']}{why}, got {value}"
+    return None
+
+
+# each bound's test and its sign, lower bounds first (a field takes at most one of each side)
+_BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    "ge": (operator.ge, ">="),
+    "gt": (operator.gt, ">"),
+    "le": (operator.le, "<="),
+    "lt": (operator.lt, "<"),
+}
 
 
 def to_commented_yaml(config: Any, indent: int = 0) -> str:
@@ -280,7 +355,8 @@ def to_commented_yaml(config: Any, indent: int = 0) -> str:
 
 
 def check(condition: bool, message: str) -> None:
-    """Raise :class:`ConfigError` unless ``condition``: for range checks in ``__post_init__``."""
+    """Raise :class:`ConfigError` unless ``condition``: for the cross-field checks of ``__post_init__``
+    (a single field's range is :func:`setting` metadata)."""
     if not condition:
         raise ConfigError(message)
 
@@ -293,6 +369,7 @@ __all__ = [
     "merge",
     "nest",
     "parse_overrides",
+    "range_error",
     "read_yaml",
     "setting",
     "to_commented_yaml",

@@ -49,7 +49,7 @@ from .trainer.config import TrainConfig
 # - GRPO samples through the shielded decision (grpo.shield_k=1), as held-out decisions are shielded
 #   (eval.shield_k=1, the default): after the same 60 SFT steps the shield took held-out success from
 #   0.365 to 0.923 ("Shielded decoding").
-# - SFT ranks the gold answer above two accepted wrong candidates (sft.rank_negatives=2), the order the
+# - SFT ranks the gold answer above two accepted wrong candidates (experimental.ranking.negatives=2), the order the
 #   shield commits by: 1.000 against 0.904 of 52 held-out cases for the same SFT without it ("A ranking
 #   term in SFT"); the whole-object arm, trained the same way, reached 1.000 too.
 # - Two GRPO steps show the stage as four did; neither moved held-out success.
@@ -59,8 +59,8 @@ MAIN_JOB: dict[str, Any] = {
     "train": {
         "model": {"lora": {"top_layers": 15}},
         "data": {"request_style": "paraphrase"},
-        "sft": {"rank_negatives": 2},
         "grpo": {"steps": 2, "shield_k": 1},
+        "experimental": {"ranking": {"negatives": 2}},
     }
 }
 
@@ -264,7 +264,6 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
             do_sample=False,
             batch_size=config.train.eval.batch_size,
             shield_k=config.train.eval.shield_k,
-            shield_enumerate=config.train.eval.shield_enumerate,
         )
         load = functools.partial(
             load_model, str(Path(whole_dir).resolve()), cache_dir=Path(config.train.model.cache_dir).resolve()
@@ -336,7 +335,6 @@ def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, pro
             do_sample=False,
             batch_size=config.train.eval.batch_size,
             shield_k=config.train.eval.shield_k,
-            shield_enumerate=config.train.eval.shield_enumerate,
         )
         policy = HFPolicy(model, tokenizer, sampling=sampling, name=label, cpu_bf16=config.train.model.cpu_bf16)
         setup = StudySetup(lambda _, p=policy: p, pool, arm=arm, seed=seed, model=label, stage=stage_name, progress=progress)

@@ -44,7 +44,7 @@ def test_a_partial_section_keeps_the_fields_own_defaults(tmp_path: Path) -> None
     assert config.sft.optim == type(base)(lr=1e-3, warmup_steps=base.warmup_steps, schedule=base.schedule)
     assert base.schedule == "cosine" and base.warmup_steps > 0
     path = tmp_path / "c.yaml"
-    path.write_text("sft:\n  optim: {weight_decay: 0.1}\n")
+    path.write_text("sft:\n  optim: {grad_clip: 0.5}\n")
     assert load_config(TrainConfig, path).sft.optim.schedule == "cosine"
 
 
@@ -78,7 +78,7 @@ def test_every_config_field_has_a_help_text_that_print_config_shows(capsys: pyte
         assert yaml.safe_load(to_commented_yaml(config)) == to_dict(config)  # the comments lose nothing
     assert main(["train", "--print-config", "sft.optim.lr=1e-3"]) == 0
     out = capsys.readouterr().out
-    assert "lr: 0.001  # peak learning rate" in out and "abstain_repeat: 1  # repeat ABSTAIN" in out
+    assert "lr: 0.001  # peak learning rate" in out and "  contrast:  # minimal contrasts of unrepairable cases" in out
 
 
 def test_yaml_then_overrides_win(tmp_path: Path) -> None:
@@ -107,15 +107,31 @@ def test_yaml_then_overrides_win(tmp_path: Path) -> None:
         ("grpo.baseline=median", "one of 'mean', 'leave_one_out'"),
         ("stages=[grpo, sft]", "stages run in the order sft, grpo"),
         ("data.families=[nope]", "data.families: unknown ['nope']"),
-        ("grpo.families=[nope]", "grpo.families: unknown ['nope']"),
-        ("grpo.families=[]", "grpo.families: at least one family is needed"),
-        ("grpo.family_weights.nope=2", "grpo.family_weights: ['nope'] not among grpo.families"),
-        ("grpo.family_weights.wrong_type=0", "grpo.family_weights.wrong_type must be a finite number > 0"),
-        ("grpo.family_weights.wrong_type=.inf", "grpo.family_weights.wrong_type must be a finite number > 0"),
-        ("grpo.family_weights.wrong_type=lots", "config key 'grpo.family_weights.wrong_type' must be float"),
-        ("grpo.family_weights=[wrong_type]", "config key 'grpo.family_weights' must be"),
+        ("experimental.grpo_families.families=[nope]", "experimental.grpo_families.families: unknown ['nope']"),
+        ("experimental.grpo_families.families=[]", "experimental.grpo_families.families must not be empty"),
+        (
+            "experimental.grpo_families.weights.nope=2",
+            "experimental.grpo_families.weights: ['nope'] not among experimental.grpo_families.families",
+        ),
+        ("experimental.grpo_families.weights.wrong_type=0", "weights.wrong_type must be a finite number > 0"),
+        ("experimental.grpo_families.weights.wrong_type=.inf", "weights.wrong_type must be a finite number > 0"),
+        (
+            "experimental.grpo_families.weights.wrong_type=lots",
+            "config key 'experimental.grpo_families.weights.wrong_type' must be float",
+        ),
+        ("experimental.grpo_families.weights=[wrong_type]", "config key 'experimental.grpo_families.weights' must be"),
+        ("experimental.contrast.decision_weight=0", "experimental.contrast.decision_weight must be > 0, got 0"),
+        ("experimental.ranking.negatives=-1", "experimental.ranking.negatives must be >= 0, got -1"),
+        ("experimental.split.disjoint=[nope]", "experimental.split.disjoint: unknown audit units ['nope']"),
+        ("experimental.transfer.tool_families=[nope]", "experimental.transfer.tool_families: unknown ['nope']"),
         ("model.name=gpt", "model.name must be tiny"),
-        ("deepspeed.zero_stage=3", "deepspeed.zero_stage must be 0, 1 or 2 (ZeRO-3 is not supported)"),
+        ("model.hidden_size=60", "model.hidden_size must be a multiple of 8, got 60"),
+        ("model.hidden_size=8", "model.hidden_size must be >= 16, got 8"),
+        ("model.lora.target_modules=[]", "model.lora.target_modules must not be empty"),
+        ("grpo.clip_low=1", "grpo.clip_low must be in [0, 1), got 1"),
+        ("sft.optim.lr=0", "sft.optim.lr must be > 0, got 0"),
+        ("grpo.optim.grad_clip=-1", "grpo.optim.grad_clip must be >= 0 (0 disables it), got -1"),
+        ("deepspeed.zero_stage=3", "deepspeed.zero_stage must be in [0, 2] (ZeRO-3 is not supported), got 3"),
         ("resources.ray=false", "resources.ray=false runs one colocated learner"),
         ("sft.arm=full_regen", "sft.arm (full_regen) must be a patch arm"),
         ("grpo", "is not key=value"),
@@ -132,40 +148,39 @@ def test_bad_overrides_are_clear_errors(override: str, message: str) -> None:
         load_config(TrainConfig, None, [override])
 
 
+GRPO_FAMILIES = "experimental.grpo_families.families"
+WEIGHTS = "experimental.grpo_families.weights"
+
+
 def test_grpo_families_must_meet_the_data_families() -> None:
     with pytest.raises(ConfigError, match=re.escape("shares no family with data.families")):
-        load_config(TrainConfig, None, ["data.families=[wrong_type]", "grpo.families=[unrepairable]"])
+        load_config(TrainConfig, None, ["data.families=[wrong_type]", f"{GRPO_FAMILIES}=[unrepairable]"])
     # SFT alone does not draw GRPO cases
-    assert load_config(TrainConfig, None, ["data.families=[wrong_type]", "grpo.families=[unrepairable]", "stages=[sft]"])
+    assert load_config(TrainConfig, None, ["data.families=[wrong_type]", f"{GRPO_FAMILIES}=[unrepairable]", "stages=[sft]"])
 
 
 def test_grpo_contrasts_need_unrepairable_cases_in_grpo() -> None:
-    with pytest.raises(ConfigError, match=r"grpo\.families .* leaves unrepairable out"):
-        load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true", "grpo.families=[wrong_type,missing_required]"])
-    assert load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true"]).grpo.contrast_unrepairable
-    assert not TrainConfig().grpo.contrast_unrepairable  # off by default: the batches of earlier runs
-    with pytest.raises(ConfigError, match=r"grpo\.contrast_baseline=pair .* set grpo\.contrast_unrepairable=true"):
-        load_config(TrainConfig, None, ["grpo.contrast_baseline=pair"])
-    paired = load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true", "grpo.contrast_baseline=pair"]).grpo
-    assert paired.contrast_baseline == "pair" and TrainConfig().grpo.contrast_baseline == "own"
-    with pytest.raises(ConfigError, match="contrast_baseline"):
-        load_config(TrainConfig, None, ["grpo.contrast_unrepairable=true", "grpo.contrast_baseline=both"])
+    """The contrast sub-section's cross-field check: GRPO's contrasts need unrepairable cases to pair."""
+    with pytest.raises(ConfigError, match=r"experimental\.contrast\.grpo pairs .* leaves unrepairable out"):
+        load_config(TrainConfig, None, ["experimental.contrast.grpo=true", f"{GRPO_FAMILIES}=[wrong_type,missing_required]"])
+    assert load_config(TrainConfig, None, ["experimental.contrast.grpo=true"]).experimental.contrast.grpo
+    assert not TrainConfig().experimental.contrast.grpo  # off by default: the batches of earlier runs
 
 
 def test_weighting_abstention_without_its_contrast_is_cautioned_not_refused() -> None:
-    weighted = load_config(TrainConfig, None, ["grpo.family_weights.unrepairable=4"]).grpo
+    weighted = load_config(TrainConfig, None, [f"{WEIGHTS}.unrepairable=4"]).experimental
     (caution,) = weighted.cautions()
-    assert "grpo.family_weights.unrepairable=4 without grpo.contrast_unrepairable=true" in caution
-    with_contrast = load_config(TrainConfig, None, ["grpo.family_weights.unrepairable=4", "grpo.contrast_unrepairable=true"])
-    assert with_contrast.grpo.cautions() == ()
-    assert TrainConfig().grpo.cautions() == ()
-    assert load_config(TrainConfig, None, ["grpo.family_weights.unrepairable=0.5"]).grpo.cautions() == ()
+    assert f"{WEIGHTS}.unrepairable=4 without experimental.contrast.grpo=true" in caution
+    with_contrast = load_config(TrainConfig, None, [f"{WEIGHTS}.unrepairable=4", "experimental.contrast.grpo=true"])
+    assert with_contrast.experimental.cautions() == ()
+    assert TrainConfig().experimental.cautions() == ()
+    assert load_config(TrainConfig, None, [f"{WEIGHTS}.unrepairable=0.5"]).experimental.cautions() == ()
 
 
 def test_grpo_family_weights_are_set_key_by_key() -> None:
-    config = load_config(TrainConfig, None, ["grpo.family_weights.immutable_field=3", "grpo.family_weights.wrong_pointer=2"])
-    assert config.grpo.family_weights == {"immutable_field": 3.0, "wrong_pointer": 2.0}
-    assert TrainConfig().grpo.family_weights == {}  # none by default: the seeded epochs of earlier runs
+    config = load_config(TrainConfig, None, [f"{WEIGHTS}.immutable_field=3", f"{WEIGHTS}.wrong_pointer=2"])
+    assert config.experimental.grpo_families.weights == {"immutable_field": 3.0, "wrong_pointer": 2.0}
+    assert TrainConfig().experimental.grpo_families.weights == {}  # none by default: the seeded epochs of earlier runs
     # the printed config loads back to the same tree
     assert yaml.safe_load(to_commented_yaml(config)) == to_dict(config)
 
@@ -228,3 +243,62 @@ def test_cli_print_config_and_errors(capsys: pytest.CaptureFixture[str]) -> None
     assert "steps: 3" in capsys.readouterr().out
     assert main(["train", "grpo.nope=1"]) == 2
     assert "unknown config key 'grpo.nope'" in capsys.readouterr().err
+
+
+def _bounded_fields(cls: type, prefix: str = "") -> list[tuple[type, str, str, dict]]:
+    """Every field of the tree under ``cls`` with range metadata: (its class, the class's dotted
+    prefix, the field's name, its metadata)."""
+    import dataclasses
+    import typing
+
+    found = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            found.extend(_bounded_fields(hints[f.name], f"{prefix}{f.name}."))
+        elif {"ge", "gt", "le", "lt"} & set(f.metadata):
+            found.append((cls, prefix.rstrip("."), f.name, dict(f.metadata)))
+    return found
+
+
+def _outside(meta: dict) -> list[float]:
+    """Values just outside a field's bounds (and NaN, which fits no bound)."""
+    values = [float("nan")]
+    values += [meta["ge"] - 1] if "ge" in meta else []
+    values += [meta["gt"]] if "gt" in meta else []
+    values += [meta["le"] + 1] if "le" in meta else []
+    values += [meta["lt"]] if "lt" in meta else []
+    return values
+
+
+def test_every_range_in_field_metadata_is_checked_naming_the_key() -> None:
+    """The ranges are metadata, so the loader checks each one: a value just outside any bound of
+    any field of both trees fails on one line naming the dotted key, and the defaults fit."""
+    from contractrl.configtree import from_dict
+    from contractrl.selector.config import SelectorConfig
+
+    checked = 0
+    for tree in (TrainConfig, SelectorConfig):
+        fields = _bounded_fields(tree)
+        assert len(fields) >= 20
+        load_config(tree)  # every default fits its own bounds
+        for cls, prefix, name, meta in fields:
+            key = f"{prefix}.{name}" if prefix else name
+            for value in _outside(meta):
+                with pytest.raises(ConfigError, match=re.escape(key)) as raised:
+                    from_dict(cls, parse_overrides([f"{name}={'.nan' if value != value else value}"]), prefix)
+                assert "\n" not in str(raised.value), (key, value)
+                checked += 1
+    assert checked >= 80
+
+
+def test_range_errors_say_the_bound_and_the_value() -> None:
+    from contractrl.configtree import range_error
+
+    assert range_error({"ge": 1}, 1, "a.b") is None and range_error({"ge": 1}, 0, "a.b") == "a.b must be >= 1, got 0"
+    assert range_error({"gt": 0, "lt": 1}, 1.0, "p") == "p must be in (0, 1), got 1.0"
+    assert range_error({"ge": 0, "le": 2, "why": "(no 3)"}, 3, "z") == "z must be in [0, 2] (no 3), got 3"
+    assert range_error({"ge": 0}, float("nan"), "x") == "x must be >= 0, got nan"
+    assert range_error({"ge": 16, "multiple_of": 8}, 60, "h") == "h must be a multiple of 8, got 60"
+    assert range_error({"nonempty": True}, (), "t") == "t must not be empty"
+    assert range_error({"help": "no bounds"}, -5, "free") is None

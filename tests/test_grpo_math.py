@@ -49,24 +49,15 @@ def _rows(advantages: list[list[float]]) -> list[tuple[float, ...]]:
     return [tuple(round(a, 9) for a in row) for row in advantages]
 
 
-def test_decision_credit_compares_a_later_decision_only_with_episodes_that_reached_it() -> None:
-    # three first-try successes (0.97) and one repair on the second attempt (0.87)
+def test_every_decision_takes_its_episodes_advantage() -> None:
+    # three first-try successes (0.97) and one repair on the second attempt (0.87): the second
+    # attempt's good repair is pushed down with the rejected first one (GRPO as published)
     rewards, decisions = [0.97, 0.97, 0.97, 0.87], [1, 1, 1, 2]
-    episode = decision_advantages(rewards, decisions, credit="episode", scale_std=False)
-    # per episode: the second attempt's good repair is pushed down with the rejected first one
+    episode = decision_advantages(rewards, decisions, scale_std=False)
     assert _rows(episode) == _rows([[0.025], [0.025], [0.025], [-0.075, -0.075]])
-    decision = decision_advantages(rewards, decisions, credit="decision", scale_std=False)
-    # per decision: the first decisions as before; the second one reached alone, nothing to compare
-    assert _rows(decision) == _rows([[0.025], [0.025], [0.025], [-0.075, 0.0]])
-    # two episodes reached a second decision: one repaired (0.87), one abstained (-0.1)
     rewards, decisions = [0.97, 0.97, 0.87, -0.1], [1, 1, 2, 2]
-    decision = decision_advantages(rewards, decisions, credit="decision", scale_std=False)
-    mean = sum(rewards) / 4
-    assert _rows(decision) == _rows([[0.97 - mean], [0.97 - mean], [0.87 - mean, 0.485], [-0.1 - mean, -0.485]])
     per_episode = group_advantages(rewards)
     assert decision_advantages(rewards, decisions) == [[a] * n for a, n in zip(per_episode, decisions, strict=True)]
-    with pytest.raises(ValueError, match="unknown credit"):
-        decision_advantages(rewards, decisions, credit="turn")
     with pytest.raises(ValueError, match="3 rewards for 4 episodes"):
         decision_advantages(rewards[:3], decisions)
 

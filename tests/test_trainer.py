@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import json
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,7 @@ from contractrl.tasks.contrast import CONTRAST_SUFFIX, contrast_case  # noqa: E4
 from contractrl.tasks.generate import GenerateConfig, generate_cases  # noqa: E402
 from contractrl.trainer.config import TrainConfig  # noqa: E402
 from contractrl.trainer.entry import grpo_contrasts, sft_demonstrations, train  # noqa: E402
-from contractrl.trainer.grpo import decision_advantages, without_variance  # noqa: E402
 from contractrl.trainer.loop import advantage_spans, grpo_cases, with_contrasts  # noqa: E402
-from contractrl.validators.jsonvalue import canonical_json  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "contractrl"
 TINY_YAML = PACKAGE.parent / "tune_configs" / "tiny.yaml"
@@ -92,8 +89,8 @@ def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_c
         "wandb.mode=offline",
         f"model.name={warm_model}",
         "grpo.kl_coef=0.05",
-        "sft.contrast_unrepairable=false",
-        "sft.noisy_report_retries=false",
+        "experimental.contrast.sft=false",
+        "experimental.noisy_retries.enabled=false",
     ]
     result = train(_config(out, model_cache, *overrides), progress=False)
     rows = _metrics(out)
@@ -173,14 +170,19 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, mode
 
 @pytest.mark.slow
 def test_grpo_draws_its_cases_from_grpo_families_only(tmp_path: Path, model_cache: str, warm_model: str) -> None:
-    """SFT sees every family; GRPO's rollouts come only from ``grpo.families`` (here two of the twelve
+    """SFT sees every family; GRPO's rollouts come only from ``experimental.grpo_families.families`` (here two of the twelve
     training cases, so drawing from all twelve would almost surely show another family)."""
     out = tmp_path / "run"
-    extra = ["stages=[grpo]", "eval.enabled=false", "wandb.mode=disabled", "grpo.families=[wrong_type,missing_required]"]
+    extra = [
+        "stages=[grpo]",
+        "eval.enabled=false",
+        "wandb.mode=disabled",
+        "experimental.grpo_families.families=[wrong_type,missing_required]",
+    ]
     train(_config(out, model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra), progress=False)
     families = [row["case_family"] for step in sorted((out / "rollouts").iterdir()) for row in read_ledger(step)]
     assert len(families) == 12 and set(families) == {"wrong_type", "missing_required"}
-    none = [*IN_PROCESS, f"model.name={warm_model}", *extra[:-1], "grpo.families=[unrepairable]"]
+    none = [*IN_PROCESS, f"model.name={warm_model}", *extra[:-1], "experimental.grpo_families.families=[unrepairable]"]
     with pytest.raises(ConfigError, match="none of the 12 training cases"):  # the 12 hold no unrepairable case
         train(_config(tmp_path / "none", model_cache, *none))
 
@@ -190,7 +192,7 @@ def test_grpo_family_weights_tilt_every_batch(tmp_path: Path, model_cache: str, 
     """A family weighted 1000 to 1 is in each step's batch of 2 (of 12 cases). Unweighted, the
     seeded epochs show a case at most once in the first 6 draws, so in at most one of the 3 steps."""
     out = tmp_path / "run"
-    extra = ["stages=[grpo]", "eval.enabled=false", "wandb.mode=disabled", "grpo.family_weights.wrong_type=1000"]
+    extra = ["stages=[grpo]", "eval.enabled=false", "wandb.mode=disabled", "experimental.grpo_families.weights.wrong_type=1000"]
     train(_config(out, model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra), progress=False)
     steps = [{row["case_family"] for row in read_ledger(step)} for step in sorted((out / "rollouts").iterdir())]
     assert len(steps) == 3 and all("wrong_type" in families for families in steps)
@@ -198,20 +200,18 @@ def test_grpo_family_weights_tilt_every_batch(tmp_path: Path, model_cache: str, 
 
 @pytest.mark.slow
 def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: Path, model_cache: str, warm_model: str) -> None:
-    """``grpo.contrast_unrepairable``: of 13 training cases one is unrepairable; GRPO draws from it
-    and a wrong_type case, so every step holds it, its contrast's group right after its own, and the
-    judge scores the contrast (it holds its offline half); ``grpo.contrast_baseline=pair`` makes the
-    twins one advantage group. Without an unrepairable case the option is refused before any model
-    loads."""
+    """``experimental.contrast.grpo``: of 13 training cases one is unrepairable; GRPO draws from it
+    and a wrong_type case, so every step holds it, its contrast's group right after its own (a group
+    of its own), and the judge scores the contrast (it holds its offline half). Without an
+    unrepairable case the option is refused before any model loads."""
     out = tmp_path / "run"
     extra = [
         "stages=[grpo]",
         "eval.enabled=false",
         "wandb.mode=disabled",
         "data.train_cases=13",
-        "grpo.families=[unrepairable,wrong_type]",
-        "grpo.contrast_unrepairable=true",
-        "grpo.contrast_baseline=pair",
+        "experimental.grpo_families.families=[unrepairable,wrong_type]",
+        "experimental.contrast.grpo=true",
     ]
     train(_config(out, model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra), progress=False)
     for step in sorted((out / "rollouts").iterdir()):
@@ -222,24 +222,23 @@ def test_grpo_contrast_groups_roll_out_beside_their_unrepairable_case(tmp_path: 
         assert groups.index(unrepairable + CONTRAST_SUFFIX) == groups.index(unrepairable) + 1
         assert {row["case_family"] for row in rows} == {"unrepairable", "missing_required", "wrong_type"}
     assert [row["cases"] for row in _metrics(out)] == [3, 3, 3]
-    assert [row["advantage_groups"] for row in _metrics(out)] == [2, 2, 2]  # the twins share one baseline
+    assert [row["advantage_groups"] for row in _metrics(out)] == [3, 3, 3]  # each case, a contrast too, is a group
     with pytest.raises(ConfigError, match="none of the 12 training cases is an unrepairable case"):
-        train(_config(tmp_path / "none", model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra[:3], *extra[-2:]))
+        train(_config(tmp_path / "none", model_cache, *IN_PROCESS, f"model.name={warm_model}", *extra[:3], extra[-1]))
 
 
 @pytest.mark.parametrize("form", ["appended", "clause"])
-def test_data_contrast_form_builds_both_stages_contrasts(tmp_path: Path, form: str) -> None:
-    """``data.contrast_form`` reaches SFT's contrast demonstrations and GRPO's contrast groups alike."""
+def test_contrast_form_builds_both_stages_contrasts(tmp_path: Path, form: str) -> None:
+    """``experimental.contrast.form`` reaches SFT's contrast demonstrations and GRPO's contrast groups alike."""
     cases = generate_cases(GenerateConfig(seed=5, n=26))
-    config = load_config(
-        TrainConfig, TINY_YAML, [*SMALL, f"out={tmp_path}", f"data.contrast_form={form}", "grpo.contrast_unrepairable=true"]
-    )
+    overrides = [*SMALL, f"out={tmp_path}", f"experimental.contrast.form={form}", "experimental.contrast.grpo=true"]
+    config = load_config(TrainConfig, TINY_YAML, overrides)
     expected = [contrast_case(c, form) for c in cases if c.public.family == "unrepairable"]
     assert len(expected) == 2 and grpo_contrasts(cases, config) == expected
     demos = sft_demonstrations(cases, config)
     assert [d.case for d in demos if d.case.case_id.endswith(CONTRAST_SUFFIX)] == [t.public for t in expected]
-    with pytest.raises(ConfigError, match="contrast_form"):
-        load_config(TrainConfig, TINY_YAML, [*SMALL, f"out={tmp_path}", "data.contrast_form=inline"])
+    with pytest.raises(ConfigError, match=r"experimental\.contrast\.form"):
+        load_config(TrainConfig, TINY_YAML, [*SMALL, f"out={tmp_path}", "experimental.contrast.form=inline"])
 
 
 def test_with_contrasts_puts_each_contrast_right_after_its_case() -> None:
@@ -250,32 +249,17 @@ def test_with_contrasts_puts_each_contrast_right_after_its_case() -> None:
     assert with_contrasts(drawn, {cases[12].case_id: twin}) == [cases[12], twin, cases[0], cases[12], twin]
 
 
-def test_pair_baseline_joins_each_contrast_to_the_case_right_before_it() -> None:
+def test_each_case_and_each_contrast_is_its_own_advantage_group() -> None:
     cases = [c.public for c in generate_cases(GenerateConfig(seed=0, n=26))]
     twin = replace(cases[12], case_id=cases[12].case_id + CONTRAST_SUFFIX)
     step = with_contrasts([cases[12], cases[0], cases[12]], {cases[12].case_id: twin})
-    own = [(0, 4), (4, 8), (8, 12), (12, 16), (16, 20)]
-    assert advantage_spans(step, 4) == own
-    assert advantage_spans(step, 4, join_contrasts=True) == [(0, 8), (8, 12), (12, 20)]
-    # a contrast whose case is not right before it keeps a group of its own
-    assert advantage_spans([cases[0], twin], 2, join_contrasts=True) == [(0, 2), (2, 4)]
-    assert advantage_spans([], 4, join_contrasts=True) == []
-
-
-def test_a_pair_that_abstains_on_both_twins_still_teaches() -> None:
-    """Every episode abstains: right on the unrepairable case (reward 1), wrong on its contrast (0).
-    Each group alone has no variance and is dropped; joined, ABSTAIN goes up on one twin and down on
-    the other."""
-    rewards, decisions = [1.0, 1.0, 0.0, 0.0], [1, 1, 1, 1]
-    for first, stop in ((0, 2), (2, 4)):
-        assert without_variance(decision_advantages(rewards[first:stop], decisions[first:stop], scale_std=False))
-    joined = decision_advantages(rewards, decisions, scale_std=False, credit="decision")
-    assert joined == [[0.5], [0.5], [-0.5], [-0.5]]
+    assert advantage_spans(step, 4) == [(0, 4), (4, 8), (8, 12), (12, 16), (16, 20)]
+    assert advantage_spans([], 4) == []
 
 
 def test_grpo_cases_keep_the_training_order_and_default_to_all() -> None:
     cases = [c.public for c in generate_cases(GenerateConfig(seed=0, n=26))]
-    assert grpo_cases(cases, TrainConfig().grpo.families) == cases  # the default changes no batch
+    assert grpo_cases(cases, TrainConfig().experimental.grpo_families.families) == cases  # the default changes no batch
     kept = grpo_cases(cases, ["unrepairable", "wrong_type"])
     assert kept == [c for c in cases if c.family in {"unrepairable", "wrong_type"}] and len(kept) == 4
 
@@ -325,48 +309,9 @@ def test_demonstrations_per_arm() -> None:
         demonstrations(cases, "oracle")
 
 
-def test_later_decision_demonstrations_replay_a_rejected_attempt() -> None:
-    """``retries``: each case may add a demonstration whose earlier attempt the real validator
-    rejects; the answer stays the gold one, the budgets still fit it, and a withheld value never
-    shows up in the attempt of a case whose answer is ABSTAIN. ABSTAIN is repeated on request."""
-    from contractrl.tasks.demonstrations import demonstrations
-    from contractrl.trainer.loop import replay_state
-
-    cases = generate_cases(GenerateConfig(seed=9, n=39))
-    by_id = {c.public.case_id: c for c in cases}
-    for arm in ("patch_sft", "full_regen"):
-        demos = demonstrations(cases, arm, retries=True, abstain_repeat=3)
-        first = [d for d in demos if not d.earlier]
-        abstains = sum(c.offline.should_abstain for c in cases)
-        assert abstains and len(first) == len(cases) + 2 * abstains
-        later = [d for d in demos if d.earlier]
-        reached = 0
-        for demo in later:
-            case = by_id[demo.case.case_id]
-            assert demo.answer == next(d.answer for d in first if d.case is demo.case)
-            if case.offline.should_abstain and case.public.family == "unrepairable":
-                withheld = canonical_json(case.offline.corruption["withheld_value"])
-                assert withheld not in demo.earlier[0]
-            state = replay_state(demo, arm)
-            if state is None:
-                continue
-            reached += 1
-            (record,) = state.history
-            assert record.outcome.value != "accepted" and not state.done
-            assert state.attempts_left == case.public.max_attempts - 1
-            if arm == "patch_sft" and demo.answer != "ABSTAIN":
-                assert len(json.loads(demo.answer)) <= state.ops_left
-        assert reached >= len(cases) * 2 // 3, (arm, reached)
-    # with one attempt, the earlier attempt ends the episode: no later decision to demonstrate
-    one = [replace(c, public=replace(c.public, max_attempts=1)) for c in cases[:5]]
-    assert all(replay_state(d, "patch_sft") is None for d in demonstrations(one, "patch_sft", retries=True) if d.earlier)
-    with pytest.raises(ConfigError, match="abstain_repeat must be >= 1"):
-        demonstrations(cases, "patch_sft", abstain_repeat=0)
-
-
 @pytest.mark.parametrize("weight", [1.0, 8.0])
 def test_decision_weight_scales_the_first_answer_token_of_the_sft_loss(tmp_path: Path, model_cache: str, weight: float) -> None:
-    """``sft.decision_weight``: the loss counts each answer's first token (ABSTAIN or a patch)
+    """``experimental.contrast.decision_weight``: the loss counts each answer's first token (ABSTAIN or a patch)
     ``weight`` times and every other answer token once, over answers of different lengths in one
     micro-batch; the loop's denominator counts the same way."""
     import torch
@@ -374,7 +319,9 @@ def test_decision_weight_scales_the_first_answer_token_of_the_sft_loss(tmp_path:
     from contractrl.trainer.learner import Learner
     from contractrl.trainer.loop import sft_token_weight
 
-    config = _config(tmp_path, model_cache, *IN_PROCESS, "deepspeed.enabled=false", f"sft.decision_weight={weight}")
+    config = _config(
+        tmp_path, model_cache, *IN_PROCESS, "deepspeed.enabled=false", f"experimental.contrast.decision_weight={weight}"
+    )
     learner = Learner(config)
     learner.start_stage("sft", 1)
     tok = learner.tokenizer
@@ -396,28 +343,7 @@ def test_decision_weight_scales_the_first_answer_token_of_the_sft_loss(tmp_path:
     assert stats["loss_sum"] == pytest.approx(expected, rel=1e-4)
     assert stats["tokens"] == sum(len(a) for _, a in pairs)
     with pytest.raises(ConfigError, match="decision_weight must be > 0"):
-        _config(tmp_path, model_cache, "sft.decision_weight=0")
-
-
-def test_contrast_repeat_gives_each_twin_pair_that_many_times() -> None:
-    """Both twins of each pair, and nothing else, come ``contrast_repeat`` times (the unrepairable
-    twin times ``abstain_repeat`` too); every other demonstration as without the option."""
-    from contractrl.tasks.demonstrations import demonstrations
-
-    cases = generate_cases(GenerateConfig(seed=9, n=39))
-    once = demonstrations(cases, "patch_sft", contrast=True, abstain_repeat=2)
-    thrice = demonstrations(cases, "patch_sft", contrast=True, abstain_repeat=2, contrast_repeat=3)
-    count = Counter((d.case.case_id, d.answer, d.earlier) for d in once)
-    unrepairable = {c.public.case_id for c in cases if c.public.family == "unrepairable"}
-    assert len(unrepairable) == 3
-    twins = {key for key in count if key[0] in unrepairable or key[0].removesuffix(CONTRAST_SUFFIX) in unrepairable}
-    expected = {key: n * 3 if key in twins else n for key, n in count.items()}
-    assert Counter((d.case.case_id, d.answer, d.earlier) for d in thrice) == expected
-    assert len(thrice) == len(once) + 3 * 2 * (2 + 1)  # 3 pairs, 2 more times: the unrepairable twin twice, its contrast
-    with pytest.raises(ConfigError, match="contrast_repeat must be >= 1"):
-        demonstrations(cases, "patch_sft", contrast=True, contrast_repeat=0)
-    with pytest.raises(ConfigError, match="repeats the twin pairs, but there are none"):
-        load_config(TrainConfig, TINY_YAML, [*SMALL, "sft.contrast_unrepairable=false", "sft.contrast_repeat=2"])
+        _config(tmp_path, model_cache, "experimental.contrast.decision_weight=0")
 
 
 def test_noisy_report_retries_demonstrate_the_decision_that_shows_the_real_report() -> None:
@@ -446,6 +372,10 @@ def test_noisy_report_retries_demonstrate_the_decision_that_shows_the_real_repor
     (op,) = json.loads(rejected_attempt(garbled, "patch_sft", root_fallback=True) or "[]")
     first = min(garbled.public.candidate)
     assert op == {"op": "replace", "path": f"/{first}", "value": garbled.public.candidate[first]}
+    # with one attempt, the earlier attempt ends the episode: no later decision to demonstrate
+    one = [replace(c, public=replace(c.public, max_attempts=1)) for c in noisy.values()]
+    later = [d for d in demonstrations(one, "patch_sft", noisy_retries=True) if d.earlier]
+    assert later and all(replay_state(d, "patch_sft") is None for d in later)
 
 
 def test_contrast_demonstrations_state_the_withheld_value_and_repair_with_it() -> None:
@@ -567,7 +497,14 @@ def test_the_ranking_term_raises_the_gold_answer_above_its_negative(tmp_path: Pa
     from contractrl.trainer.learner import Learner
     from contractrl.trainer.ranking import SftExample
 
-    config = _config(tmp_path, model_cache, *IN_PROCESS, "deepspeed.enabled=false", "sft.rank_negatives=1", "sft.rank_margin=2")
+    config = _config(
+        tmp_path,
+        model_cache,
+        *IN_PROCESS,
+        "deepspeed.enabled=false",
+        "experimental.ranking.negatives=1",
+        "experimental.ranking.margin=2",
+    )
     learner = Learner(config)
     learner.start_stage("sft", 8)
     tok = learner.tokenizer
@@ -598,8 +535,8 @@ def test_the_ranking_term_raises_the_gold_answer_above_its_negative(tmp_path: Pa
     for _ in range(5):
         learner.sft_step([example], float(len(gold)), 1.0)
     assert gap() > before
-    with pytest.raises(ConfigError, match="rank_negatives must be >= 0"):
-        _config(tmp_path, model_cache, "sft.rank_negatives=-1")
+    with pytest.raises(ConfigError, match=r"experimental\.ranking\.negatives must be >= 0"):
+        _config(tmp_path, model_cache, "experimental.ranking.negatives=-1")
 
 
 def _logits(model: Any, tokenizer: Any) -> Any:

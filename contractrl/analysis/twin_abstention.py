@@ -1,6 +1,6 @@
 """How often a GRPO run's policy abstains on each twin of its contrast pairs, block by block.
 
-With ``grpo.contrast_unrepairable=true`` each unrepairable case a step draws is rolled out beside
+With ``experimental.contrast.grpo=true`` each unrepairable case a step draws is rolled out beside
 its contrast (the same call and report, the withheld value stated in the request). The request is
 the only thing that tells the twins apart, so a policy that has learned when to abstain abstains on
 the unrepairable twin and repairs the contrast; one that has not abstains on both at one rate.

@@ -191,7 +191,6 @@ def transfer_study(
         do_sample=False,
         batch_size=config.eval.batch_size,
         shield_k=config.eval.shield_k,
-        shield_enumerate=config.eval.shield_enumerate,
     )
     runs = []
     for heldout in families:
@@ -201,7 +200,9 @@ def transfer_study(
         if RolloutRun(run_dir).is_frozen():
             runs.append(run_dir)
             continue
-        fold_config = derive(config, {"data.tool_families": trained_on}, out=str(fold / "train"), resume=True)
+        fold_config = derive(
+            config, {"experimental.transfer.tool_families": list(trained_on)}, out=str(fold / "train"), resume=True
+        )
         result = train(fold_config, progress=progress)
         case_config = GenerateConfig(
             seed=derived_seed(config.data.seed, "transfer", heldout),

@@ -22,7 +22,7 @@ and gives:
         --policy runs/exp_c300_noisy/adapter --policy runs/exp_g19/adapter \\
         [--form appended|clause] [--stated start|end] [--json]
 
-``--form`` builds the contrasts as ``data.contrast_form`` does in training: ``appended`` (after the
+``--form`` builds the contrasts as ``experimental.contrast.form`` does in training: ``appended`` (after the
 request's last clause) or ``clause`` (one more clause at a seeded place). ``--stated start`` moves
 the stated value, word for word, to the start: of the request for ``appended``, of its clauses for
 ``clause``; ``--stated end`` puts a ``clause`` after the last clause. A policy that reads whether the
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", required=True, type=Path, help="a case set directory (public and offline halves)")
     parser.add_argument("--policy", required=True, action="append", help="a model or adapter directory; repeatable")
     parser.add_argument(
-        "--form", choices=CONTRAST_FORMS, default="appended", help="how the contrast states the value (data.contrast_form)"
+        "--form", choices=CONTRAST_FORMS, default="appended", help="how the contrast states the value (experimental.contrast.form)"
     )
     parser.add_argument(
         "--stated",

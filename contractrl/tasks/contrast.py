@@ -14,8 +14,8 @@ the renderer writes does: a policy trained on many such pairs learned that place
 of the request in the renderer's own forms, joined like the others, at a place seeded by the case
 id (:func:`~contractrl.tasks.requests.add_clause`), so the value's presence is the only cue.
 
-SFT learns from it as a demonstration (``sft.contrast_unrepairable``); GRPO rolls it out in the same
-step as its unrepairable case (``grpo.contrast_unrepairable``), so within one update abstaining is
+SFT learns from it as a demonstration (``experimental.contrast.sft``); GRPO rolls it out in the same
+step as its unrepairable case (``experimental.contrast.grpo``), so within one update abstaining is
 paid on one side and charged on the other. It is a complete case with its own id and offline half,
 so the judge scores its episodes like any other; it is built for training cases only and never
 joins a held-out set.

@@ -5,15 +5,13 @@ the attempts replayed before the decision, and an answer text: the trainer learn
 patches but never imports the targets. Patch arms learn the gold patch (compact canonical JSON) or
 ABSTAIN; the full-regeneration arm learns the whole target object.
 
-First-decision demonstrations alone teach a policy nothing about its second attempt: measured with
-SmolLM2, a rejected first patch was repeated verbatim in 5 of 6 failed single-field episodes, and
-a refused edit of an immutable field was never followed by ABSTAIN. ``retries=True`` adds, for
-each case, a later-decision demonstration: one typical rejected attempt (the reported value
-resubmitted unchanged, or the edit the report points at) is replayed first, and the answer is still
-the gold one. The trainer replays it through the real validator and keeps the demonstration only
-when the attempt was in fact rejected and the budgets leave room for the answer. Measured
-(benchmarks/RESULTS.md): it taught ABSTAIN on immutable fields but not to avoid repeats, and it
-costs first decisions at a fixed step budget, so the trainer leaves it off by default.
+First-decision demonstrations alone teach a policy nothing about its second attempt. A
+later-decision demonstration replays one typical rejected attempt (the reported value resubmitted
+unchanged, or the edit the report points at) before the gold answer; the trainer replays it
+through the real validator and keeps the demonstration only when the attempt was in fact rejected
+and the budgets leave room for the answer. Given for every case, it cost first decisions and did
+not stop repeated attempts (single-field 0.88 to 0.56, benchmarks/RESULTS.md), so it was removed;
+it remains for the cases below, where the later decision shows something new.
 
 An unrepairable case and a missing_required case carry the same report; only the request says
 whether the value can be found. ``contrast=True`` pairs each unrepairable case with its minimal
@@ -108,37 +106,23 @@ def demonstrations(
     cases: Sequence[Case],
     arm: str,
     *,
-    retries: bool = False,
     noisy_retries: bool = False,
-    abstain_repeat: int = 1,
     contrast: bool = False,
     contrast_form: str = "appended",
-    contrast_repeat: int = 1,
 ) -> list[Demonstration]:
-    """Each case's first decision, repeated ``abstain_repeat`` times where the answer is ABSTAIN
-    (the rare answer of a first-token choice), then its later decision when ``retries`` (or when
-    ``noisy_retries`` and its first report is noisy), then its minimal contrast in ``contrast_form``
-    when ``contrast`` (unrepairable cases only). ``contrast_repeat`` gives each twin pair, the
-    unrepairable case's first decision and its contrast, that many times in all: the pairs are a
-    few percent of the demonstrations, and at that share the request barely moved ABSTAIN
-    (benchmarks/RESULTS.md, "A larger share of twins")."""
-    if abstain_repeat < 1:
-        raise ConfigError(f"abstain_repeat must be >= 1, got {abstain_repeat}")
-    if contrast_repeat < 1:
-        raise ConfigError(f"contrast_repeat must be >= 1, got {contrast_repeat}")
+    """Each case's first decision, then its later decision when ``noisy_retries`` and its first
+    report is noisy, then its minimal contrast in ``contrast_form`` when ``contrast`` (unrepairable
+    cases only)."""
     out: list[Demonstration] = []
     for case in cases:
         answer = gold_answer(case, arm)
-        out.extend([Demonstration(case.public, answer)] * (abstain_repeat if answer == ABSTAIN else 1))
-        noisy = noisy_retries and has_noisy_report(case)
-        if retries or noisy:
-            earlier = rejected_attempt(case, arm, root_fallback=noisy)
+        out.append(Demonstration(case.public, answer))
+        if noisy_retries and has_noisy_report(case):
+            earlier = rejected_attempt(case, arm, root_fallback=True)
             if earlier is not None and earlier != answer:
                 out.append(Demonstration(case.public, answer, (earlier,)))
         if contrast and (paired := contrast_demonstration(case, arm, contrast_form)) is not None:
             out.append(paired)
-            first = [Demonstration(case.public, answer)] * (abstain_repeat if answer == ABSTAIN else 1)
-            out.extend([*first, paired] * (contrast_repeat - 1))
     return out
 
 

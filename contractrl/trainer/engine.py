@@ -67,7 +67,7 @@ class TorchEngine:
 
         self.module = module
         self.params = _trainable(module)
-        self.optimizer = torch.optim.AdamW(self.params, lr=optim.lr, weight_decay=optim.weight_decay)
+        self.optimizer = torch.optim.AdamW(self.params, lr=optim.lr, weight_decay=0.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim, total_steps))
         self.grad_clip = optim.grad_clip
 
@@ -129,12 +129,7 @@ class DeepSpeedEngine:
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
-        optimizer = None
-        if ds.offload_optimizer:
-            config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
-            config["optimizer"] = {"type": "AdamW", "params": {"lr": optim.lr, "weight_decay": optim.weight_decay}}
-        else:
-            optimizer = torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay)
+        optimizer = torch.optim.AdamW(params, lr=optim.lr, weight_decay=0.0)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=module,
             model_parameters=params,

@@ -35,6 +35,7 @@ from ..tasks.sources import source_families
 from ..tasks.store import MANIFEST_FILE, write_case_set
 from ..validators.jsonvalue import sha256_json
 from .config import DataConfig, TrainConfig, mix_entry, mix_style
+from .experimental import ExperimentalConfig
 from .loop import Trainer, TrainResult, derived_seed
 from .presets import load_tokenizer, model_path
 
@@ -74,12 +75,15 @@ def absolute(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, out=str(Path(config.out).resolve()), model=model)
 
 
-def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
+def prepare_cases(data: DataConfig, out: Path, experimental: ExperimentalConfig | None = None) -> tuple[list[Case], list[Case]]:
     """Training and held-out cases, written under ``out/cases`` (read back, verified, on resume).
 
     Held-out cases come from a derived seed and are refused when they share a fingerprint with the
-    training set on any of the audit's disjoint units.
+    training set on any of the audit's disjoint units (``experimental.split``); the built-in
+    catalog's tools come from ``experimental.transfer`` (all of them by default).
     """
+    experimental = experimental or ExperimentalConfig()
+    disjoint = experimental.split.disjoint
     train_dir, eval_dir = out / "cases" / "train", out / "cases" / "eval"
     if (train_dir / MANIFEST_FILE).is_file() and (eval_dir / MANIFEST_FILE).is_file():
         return read_cases(train_dir), read_cases(eval_dir)
@@ -88,7 +92,7 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
         "source": data.source,
         "request_style": data.request_style,
         "families": tuple(f for f in data.families if f in hosted),  # BFCL hosts no immutable_field
-        "tool_families": data.tool_families,
+        "tool_families": experimental.transfer.tool_families,
         "max_attempts": data.max_attempts,
         "max_ops": data.max_ops,
     }
@@ -102,10 +106,10 @@ def prepare_cases(data: DataConfig, out: Path) -> tuple[list[Case], list[Case]]:
     if data.eval_cases == 0:
         return train, []
     eval_config = GenerateConfig(seed=derived_seed(data.seed, "eval"), n=data.eval_cases, **common)
-    index = OverlapIndex(train, data.disjoint)
+    index = OverlapIndex(train, disjoint)
     held_out = generate_cases(eval_config, reject=index.collides)
-    rows = audit(train, held_out, data.disjoint)
-    extra = {"audit": [r.to_dict() for r in rows], "disjoint_from": str(train_dir), "disjoint_units": list(data.disjoint)}
+    rows = audit(train, held_out, disjoint)
+    extra = {"audit": [r.to_dict() for r in rows], "disjoint_from": str(train_dir), "disjoint_units": list(disjoint)}
     write_case_set(held_out, eval_dir, eval_config.to_dict(), extra)
     return train, held_out
 
@@ -130,30 +134,28 @@ def mixed_config(data: DataConfig, entry: str, common: dict[str, Any]) -> Genera
 
 
 def sft_demonstrations(cases: Sequence[Case], config: TrainConfig) -> list[Demonstration]:
-    """The demonstrations ``config.sft``'s options ask for, over the training cases (contrasts in
-    ``data.contrast_form``, as GRPO's: :func:`grpo_contrasts`)."""
-    sft = config.sft
+    """The demonstrations the config asks for, over the training cases (contrasts in
+    ``experimental.contrast.form``, as GRPO's: :func:`grpo_contrasts`)."""
+    experimental = config.experimental
     return demonstrations(
         cases,
-        sft.arm,
-        retries=sft.retry_demos,
-        noisy_retries=sft.noisy_report_retries,
-        abstain_repeat=sft.abstain_repeat,
-        contrast=sft.contrast_unrepairable,
-        contrast_form=config.data.contrast_form,
-        contrast_repeat=sft.contrast_repeat,
+        config.sft.arm,
+        noisy_retries=experimental.noisy_retries.enabled,
+        contrast=experimental.contrast.sft,
+        contrast_form=experimental.contrast.form,
     )
 
 
 def grpo_contrasts(cases: Sequence[Case], config: TrainConfig) -> list[Case]:
     """The minimal contrasts GRPO rolls out beside their unrepairable cases (none unless
-    ``grpo.contrast_unrepairable``); refused when the option is on and no case has one."""
-    if "grpo" not in config.stages or not config.grpo.contrast_unrepairable:
+    ``experimental.contrast.grpo``); refused when the option is on and no case has one."""
+    contrast = config.experimental.contrast
+    if "grpo" not in config.stages or not contrast.grpo:
         return []
-    twins = contrast_cases(cases, config.data.contrast_form)
+    twins = contrast_cases(cases, contrast.form)
     if not twins:
         raise ConfigError(
-            f"grpo.contrast_unrepairable: none of the {len(cases)} training cases is an unrepairable case of the "
+            f"experimental.contrast.grpo: none of the {len(cases)} training cases is an unrepairable case of the "
             "built-in catalog, the only cases with a minimal contrast"
         )
     return twins
@@ -224,7 +226,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     done = finished_run(config)
     if done is not None:  # resumed after the last stage: nothing left to do
         return done
-    train_cases, eval_cases = prepare_cases(config.data, out)
+    train_cases, eval_cases = prepare_cases(config.data, out, config.experimental)
     twins = grpo_contrasts(train_cases, config)
     tokenizer = config_tokenizer(config)
     if config.resources.ray:

@@ -8,9 +8,9 @@ Pure functions over numbers and tensors, so each can be checked against hand-com
   advantage is 0. Its samples are dropped before the update, unless a KL term is on: then they stay,
   with advantage 0, so the KL term also holds the policy on cases where every episode already did
   the same thing (:func:`group_samples`).
-* Credit: every decision of an episode takes the episode's advantage (GRPO as published), or,
-  with ``credit="decision"``, decision k is compared only with the group's episodes that also
-  reached a decision k (:func:`decision_advantages`).
+* Credit: every decision of an episode takes the episode's advantage (GRPO as published;
+  :func:`decision_advantages`). Comparing decision k only with the episodes that reached it was
+  measured to change no held-out outcome and was removed.
 * Loss: PPO's clipped ratio with separate low and high clip ranges (DAPO's clip-higher), summed
   over tokens and divided by the number of tokens in the whole batch (token-level aggregation),
   plus an optional k3 estimate of KL to the reference policy.
@@ -50,42 +50,17 @@ def group_advantages(
 
 
 def decision_advantages(
-    rewards: Sequence[float],
-    decisions: Sequence[int],
-    *,
-    credit: str = "episode",
-    scale_std: bool = True,
-    baseline: str = "mean",
-    eps: float = 1e-4,
+    rewards: Sequence[float], decisions: Sequence[int], *, scale_std: bool = True, baseline: str = "mean"
 ) -> list[list[float]]:
     """The advantage of each decision of each episode of one group (``decisions[i]`` decisions in
-    episode i).
-
-    ``episode``: each decision takes its episode's group advantage. An episode whose first attempt
-    was rejected scores below the group's first-try successes even when its second decision repaired
-    the call, so that repair is pushed down, and ABSTAIN, the other answer there, up.
-
-    ``decision``: decision k is compared only with the episodes of the group that reached a decision
-    k. Those all paid for k rejected attempts before it, so what separates their rewards is mostly
-    what happened from decision k on. A decision that one episode alone reached gets 0: there is
-    nothing to compare it with. The first decision of every episode is compared with the whole
-    group, as under ``episode``.
-    """
+    episode i): its episode's group advantage. An episode whose first attempt was rejected scores
+    below the group's first-try successes even when its second decision repaired the call, so that
+    repair is pushed down with the rejected attempt; a per-decision comparison that would not do so
+    changed no held-out outcome (benchmarks/RESULTS.md, G7) and was removed."""
     if len(rewards) != len(decisions):
         raise ValueError(f"{len(rewards)} rewards for {len(decisions)} episodes")
-    options: dict[str, Any] = {"scale_std": scale_std, "baseline": baseline, "eps": eps}
-    if credit == "episode":
-        return [[a] * n for a, n in zip(group_advantages(rewards, **options), decisions, strict=True)]
-    if credit != "decision":
-        raise ValueError(f"unknown credit {credit!r}; use episode or decision")
-    out = [[0.0] * n for n in decisions]
-    for k in range(max(decisions, default=0)):
-        reached = [i for i, n in enumerate(decisions) if n > k]
-        if len(reached) < 2:
-            continue
-        for i, advantage in zip(reached, group_advantages([rewards[i] for i in reached], **options), strict=True):
-            out[i][k] = advantage
-    return out
+    advantages = group_advantages(rewards, scale_std=scale_std, baseline=baseline)
+    return [[a] * n for a, n in zip(advantages, decisions, strict=True)]
 
 
 @dataclass(frozen=True)

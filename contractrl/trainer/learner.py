@@ -194,17 +194,17 @@ class Learner:
         pair_denominator: float = 0.0,
     ) -> dict[str, float]:
         """One optimizer step of token-level cross-entropy on answer tokens only, each answer's first
-        token (ABSTAIN or a patch: the decision) weighted ``sft.decision_weight``; the caller's
+        token (ABSTAIN or a patch: the decision) weighted ``experimental.contrast.decision_weight``; the caller's
         ``token_denominator`` counts it with that weight (:func:`sft_token_weight`).
 
-        Examples with negatives add ``sft.rank_weight`` times the mean over (gold, negative) pairs of
-        ``softplus(rank_margin - (log p(gold) - log p(negative)))``, summed log-probabilities of whole
+        Examples with negatives add ``experimental.ranking.weight`` times the mean over (gold, negative) pairs of
+        ``softplus(margin - (log p(gold) - log p(negative)))``, summed log-probabilities of whole
         answers (:mod:`.ranking`), over ``pair_denominator`` pairs (the whole batch's, as the token
         denominator is); the negatives ride in the gold answer's forward pass."""
         import torch
 
         engine = self._require_engine()
-        sft = self.config.sft
+        sft, ranking = self.config.sft, self.config.experimental.ranking
         items = [e if isinstance(e, SftExample) else SftExample(tuple(e[0]), tuple(e[1])) for e in examples]
         pairs_total = pair_denominator or sum(len(e.negatives) for e in items)
 
@@ -226,7 +226,7 @@ class Learner:
             gold = logprobs[: len(chunk)]
             weights = mask[: len(chunk)].clone()
             for row, example in enumerate(chunk):  # completions are right-aligned: the first sits at width - len
-                weights[row, mask.shape[1] - len(example.answer_ids)] = sft.decision_weight
+                weights[row, mask.shape[1] - len(example.answer_ids)] = self.config.experimental.contrast.decision_weight
             loss = -(gold * weights).sum() / token_denominator
             total += float(loss.detach()) * token_denominator
             if pairs_total:
@@ -234,8 +234,8 @@ class Learner:
                 owners = [row for row, e in enumerate(chunk) for _ in e.negatives]
                 if owners:
                     gaps = sums[torch.tensor(owners, device=sums.device)] - sums[len(chunk) :]
-                    rank = torch.nn.functional.softplus(sft.rank_margin - gaps).sum() / pairs_total
-                    loss = loss + sft.rank_weight * rank
+                    rank = torch.nn.functional.softplus(ranking.margin - gaps).sum() / pairs_total
+                    loss = loss + ranking.weight * rank
                     rank_sum += float(rank.detach()) * pairs_total
             engine.backward(loss, last=last)
             tokens += float(mask[: len(chunk)].sum())
@@ -376,7 +376,7 @@ def peft_lora_config(lora: Any, num_layers: int | None = None) -> Any:
         layers_to_transform=layers,
         r=lora.r,
         lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
+        lora_dropout=0.0,
         target_modules=list(lora.target_modules),
         task_type="CAUSAL_LM",
         bias="none",

@@ -3,15 +3,14 @@
 One GRPO step, in the order the evidence boundary demands:
 
 1. pick the step's cases (a pure function of seed and step, from the training cases of
-   ``grpo.families``, weighted by ``grpo.family_weights``, each unrepairable case followed by its
-   minimal contrast with ``grpo.contrast_unrepairable``) and roll out G episodes per case with the
-   current weights, on the validator/sandbox workers;
+   ``experimental.grpo_families``, each unrepairable case followed by its minimal contrast with
+   ``experimental.contrast.grpo``) and roll out G episodes per case with the current weights, on
+   the validator/sandbox workers;
 2. append the episodes to a fresh ledger under ``rollouts/step-N`` and *freeze* it;
 3. ask the judge for semantic verdicts on the frozen ledger (the only moment the offline half is
    consulted), and compute each episode's reward from its ledger row and verdict;
-4. group-relative advantages per case (per decision with ``grpo.credit=decision``; an
-   unrepairable case and its contrast as one group with ``grpo.contrast_baseline=pair``); groups
-   without variance are dropped, or, with a KL term, kept at advantage 0 for the KL term alone;
+4. group-relative advantages per case, each decision taking its episode's; groups without
+   variance are dropped, or, with a KL term, kept at advantage 0 for the KL term alone;
 5. clipped policy-gradient update on every generated turn of the remaining episodes, then check
    that the weights rollouts come from have changed.
 
@@ -42,7 +41,6 @@ from ..rollout.prompts import render_messages, render_prompt
 from ..rollout.run import RolloutRun
 from ..rollout.runner import Episode, EpisodeRunner, WorkerPool
 from ..tasks.cases import ABSTAIN, PublicCase
-from ..tasks.contrast import CONTRAST_SUFFIX
 from ..tasks.demonstrations import Demonstration
 from ..validators import PublicState
 from ..validators.jsonvalue import canonical_json
@@ -67,6 +65,8 @@ from .reward import episode_reward
 from .tracking import MetricsTable, Tracker
 
 log = logging.getLogger(__name__)
+# GRPO episodes a step logs to W&B as a table
+SAMPLE_EPISODES = 8
 
 
 class VerdictLike(Protocol):
@@ -139,7 +139,10 @@ def grpo_cases(train_cases: Sequence[PublicCase], families: Sequence[str]) -> li
     keep = set(families)
     cases = [case for case in train_cases if case.family in keep]
     if not cases:
-        raise ConfigError(f"grpo.families {sorted(keep)}: none of the {len(train_cases)} training cases is of these families")
+        raise ConfigError(
+            f"experimental.grpo_families.families {sorted(keep)}: none of the {len(train_cases)} training cases "
+            "is of these families"
+        )
     return cases
 
 
@@ -154,23 +157,11 @@ def with_contrasts(cases: Sequence[PublicCase], contrasts: Mapping[str, PublicCa
     return out
 
 
-def advantage_spans(cases: Sequence[PublicCase], group_size: int, *, join_contrasts: bool = False) -> list[tuple[int, int]]:
+def advantage_spans(cases: Sequence[PublicCase], group_size: int) -> list[tuple[int, int]]:
     """The episode ranges whose rewards share a baseline, for ``group_size`` episodes per case in
-    the cases' order.
-
-    Each case's episodes are one group. With ``join_contrasts`` a contrast that follows its
-    unrepairable case (:func:`with_contrasts`) joins that case's group: while the policy abstains
-    on both twins, each side alone has no reward variance and teaches nothing, but together
-    abstaining is the better answer on one side and the worse on the other.
-    """
-    spans: list[tuple[int, int]] = []
-    for j, case in enumerate(cases):
-        start = j * group_size
-        if join_contrasts and j > 0 and case.case_id == cases[j - 1].case_id + CONTRAST_SUFFIX:
-            spans[-1] = (spans[-1][0], start + group_size)
-        else:
-            spans.append((start, start + group_size))
-    return spans
+    the cases' order: each case's episodes, a contrast's too (joining a contrast with its
+    unrepairable case was measured neutral and removed)."""
+    return [(j * group_size, (j + 1) * group_size) for j in range(len(cases))]
 
 
 def batch_indices(seed: int, stage: str, step: int, n: int, size: int) -> list[int]:
@@ -188,7 +179,7 @@ def batch_indices(seed: int, stage: str, step: int, n: int, size: int) -> list[i
 
 
 def weighted_batch_indices(seed: int, stage: str, step: int, weights: Sequence[float], size: int) -> list[int]:
-    """Indices of step ``step``'s batch when cases weigh differently (``grpo.family_weights``).
+    """Indices of step ``step``'s batch when cases weigh differently (``experimental.grpo_families.weights``).
 
     Distinct cases, drawn without replacement with probabilities proportional to ``weights``
     (Efraimidis-Spirakis keys ``log(u) / w``, largest first), from a generator seeded by
@@ -235,10 +226,11 @@ class Trainer:
         self.config = config
         self.out = Path(config.out)
         self.train_cases = list(train_cases)
-        # checked here, so a grpo.families that leaves GRPO no case fails before SFT, not after it
-        self.grpo_cases = grpo_cases(self.train_cases, config.grpo.families) if "grpo" in config.stages else []
+        # checked here, so families that leave GRPO no case fail before SFT, not after it
+        families = config.experimental.grpo_families.families
+        self.grpo_cases = grpo_cases(self.train_cases, families) if "grpo" in config.stages else []
         self.eval_cases = list(eval_cases)
-        # an unrepairable training case's id -> its minimal contrast (grpo.contrast_unrepairable)
+        # an unrepairable training case's id -> its minimal contrast (experimental.contrast.grpo)
         self.contrasts = dict(contrasts or {})
         self.demos = list(demos)
         self.judge = judge
@@ -270,7 +262,7 @@ class Trainer:
     def _run_stage(self, stage: str, state: TrainerState, metrics: MetricsTable, tracker: Tracker) -> None:
         steps = self.config.sft.steps if stage == "sft" else self.config.grpo.steps
         if stage == "grpo":
-            for caution in self.config.grpo.cautions():
+            for caution in self.config.experimental.cautions():
                 log.warning(caution)
         self.group.start_stage(stage, steps)
         resumed = latest_checkpoint(self.out) if self.config.resume else None
@@ -308,10 +300,11 @@ class Trainer:
     def _sft_examples(self) -> list[SftExample]:
         if self._examples is None:
             sft = self.config.sft
-            examples, unreachable = sft_examples(self.demos, sft.arm, self.tokenizer, sft.rank_negatives)
+            negatives = self.config.experimental.ranking.negatives
+            examples, unreachable = sft_examples(self.demos, sft.arm, self.tokenizer, negatives)
             if unreachable:
                 log.info("SFT leaves out %d later-decision demonstrations whose earlier attempt ends the episode", unreachable)
-            if sft.rank_negatives:
+            if negatives:
                 ranked = sum(1 for e in examples if e.negatives)
                 log.info("SFT ranks %d of %d demonstrations above accepted wrong answers", ranked, len(examples))
             limit = sft.max_tokens
@@ -331,13 +324,15 @@ class Trainer:
         if not examples:
             raise ValueError("SFT needs at least one demonstration")
         batch = [examples[i] for i in batch_indices(self.config.seed, "sft", step, len(examples), self.config.sft.batch_size)]
-        denominator = sum(sft_token_weight(e.answer_ids, self.config.sft.decision_weight) for e in batch)
+        weight = self.config.experimental.contrast.decision_weight
+        denominator = sum(sft_token_weight(e.answer_ids, weight) for e in batch)
         pairs = float(sum(len(e.negatives) for e in batch))
         start = time.perf_counter()
         stats = self.group.sft_step(batch, denominator, pairs)
         elapsed = time.perf_counter() - start
         tokens = sum(len(e.prompt_ids) + len(e.answer_ids) for e in batch)
-        ranking = {"rank_loss": stats["rank_loss_sum"] / pairs if pairs else None} if self.config.sft.rank_negatives else {}
+        ranked = self.config.experimental.ranking.negatives
+        ranking = {"rank_loss": stats["rank_loss_sum"] / pairs if pairs else None} if ranked else {}
         return {
             **ranking,
             "loss": stats["loss_sum"] / denominator,
@@ -354,8 +349,9 @@ class Trainer:
         cfg = self.config.grpo
         start = time.perf_counter()
         pool = self.grpo_cases
-        if cfg.family_weights:
-            weights = [cfg.family_weights.get(case.family, 1.0) for case in pool]
+        family_weights = self.config.experimental.grpo_families.weights
+        if family_weights:
+            weights = [family_weights.get(case.family, 1.0) for case in pool]
             indices = weighted_batch_indices(self.config.seed, "grpo", step, weights, cfg.cases_per_step)
         else:  # the default keeps the epochs of earlier runs, and so their ledgers
             indices = batch_indices(self.config.seed, "grpo", step, len(pool), cfg.cases_per_step)
@@ -378,16 +374,14 @@ class Trainer:
 
         samples: list[PolicySample] = []
         zero_variance = 0
-        spans = advantage_spans(cases, cfg.group_size, join_contrasts=cfg.contrast_baseline == "pair")
+        spans = advantage_spans(cases, cfg.group_size)
         for first, stop in spans:
             group = episodes[first:stop]
             advantages = decision_advantages(
                 [r.reward for r in rewards[first:stop]],
                 [len(episode.generations) for episode in group],
-                credit=cfg.credit,
                 scale_std=cfg.scale_std,
                 baseline=cfg.baseline,
-                eps=cfg.eps,
             )
             zero_variance += without_variance(advantages)
             samples.extend(group_samples([e.generations for e in group], advantages, kl_coef=cfg.kl_coef))
@@ -406,10 +400,7 @@ class Trainer:
             if rollout_weights == before or any(rank != rollout_weights for rank in ranks):
                 raise RuntimeError(f"GRPO step {step}: the rollout policy does not hold the updated weights of every rank")
         elapsed = time.perf_counter() - start
-        if self.config.wandb.sample_episodes:
-            tracker.log_episodes(
-                "episodes", _episode_table(scored, rewards, self.config.wandb.sample_episodes), state.global_step + 1
-            )
+        tracker.log_episodes("episodes", _episode_table(scored, rewards, SAMPLE_EPISODES), state.global_step + 1)
         tokens = sum(int(row["generated_tokens"]) for row, _ in scored)
         n = len(rewards)
         tokens_done = stats.get("tokens", 0.0)
@@ -445,7 +436,6 @@ class Trainer:
             do_sample=False,
             batch_size=cfg.batch_size,
             shield_k=cfg.shield_k,
-            shield_enumerate=cfg.shield_enumerate,
         )
         arm = self.config.sft.arm if stage == "sft" else self.config.grpo.arm
         policy = GroupPolicy(self.group, sampling, name=self.config.model.label)

@@ -30,7 +30,7 @@ from ..validators.jsonvalue import canonical_json
 @dataclass(frozen=True)
 class SftExample:
     """One SFT demonstration as token ids: the prompt, the gold answer (+ EOS), and the accepted wrong
-    answers (+ EOS) it is contrasted with (empty unless ``sft.rank_negatives`` > 0)."""
+    answers (+ EOS) it is contrasted with (empty unless ``experimental.ranking.negatives`` > 0)."""
 
     prompt_ids: tuple[int, ...]
     answer_ids: tuple[int, ...]

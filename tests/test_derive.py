@@ -29,11 +29,11 @@ def _shipped() -> list[object]:
 
 VARIANTS = [
     {"out": "runs/x", "resume": True},
-    {"data.tool_families": ["file", "http"]},  # the transfer study's fold
+    {"experimental.transfer.tool_families": ["file", "http"]},  # the transfer study's fold
     {"resources.num_workers": 0},  # tune's fix for a trial that does not fit
     {"stages": ["sft"], "sft.steps": 7, "sft.arm": "full_regen", "eval.max_new_tokens": 160},  # the whole-object run
     {"sft.optim.lr": "3e-4"},  # a partial section keeps the field's own defaults; YAML 1.1's exponent string
-    {"grpo.family_weights": {"wrong_type": 2.0}},  # a mapping merges into the one there
+    {"experimental.grpo_families.weights": {"wrong_type": 2.0}},  # a mapping merges into the one there
     {"model.lora.r": 4, "model.lora.enabled": False},
 ]
 
@@ -59,7 +59,7 @@ def test_derive_with_nothing_changed_is_the_same_config() -> None:
 
 def test_derive_takes_command_line_overrides_and_top_level_fields() -> None:
     base = load_config(TrainConfig)
-    items = ["grpo.steps=3", "data.tool_families=[file]", "model.lora.r=4"]
+    items = ["grpo.steps=3", "experimental.transfer.tool_families=[file]", "model.lora.r=4"]
     assert derive(base, items) == load_config(TrainConfig, None, items)
     assert derive(base, items) == derive(base, nest(parse_overrides(items)))
     variant = derive(base, {"grpo.steps": 3}, out="runs/v", resume=True)
@@ -95,5 +95,5 @@ def test_derive_refuses_what_a_load_refuses(flat: dict[str, object], message: st
 def test_derive_leaves_the_original_alone() -> None:
     base = load_config(TrainConfig)
     before = to_dict(base)
-    derive(base, {"grpo.steps": 9, "data.tool_families": ["file"]})
+    derive(base, {"grpo.steps": 9, "experimental.transfer.tool_families": ["file"]})
     assert to_dict(base) == before

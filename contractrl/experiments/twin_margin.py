@@ -146,7 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", required=True, type=Path, help="a case set directory (public and offline halves)")
     parser.add_argument("--policy", required=True, action="append", help="a model or adapter directory; repeatable")
     parser.add_argument(
-        "--form", choices=CONTRAST_FORMS, default="appended", help="how the contrast states the value (experimental.contrast.form)"
+        "--form",
+        choices=CONTRAST_FORMS,
+        default="appended",
+        help="how the contrast states the value (experimental.contrast.form)",
     )
     parser.add_argument(
         "--stated",

@@ -10,7 +10,8 @@ Pure functions over numbers and tensors, so each can be checked against hand-com
   the same thing (:func:`group_samples`).
 * Credit: every decision of an episode takes the episode's advantage (GRPO as published), or,
   with ``credit="decision"``, decision k is compared only with the group's episodes that also
-  reached a decision k (:func:`decision_advantages`).
+  reached a decision k. Each is an estimator registered under that name
+  (:data:`ADVANTAGE_ESTIMATORS`, :func:`register_advantage`), so a new one is one function.
 * Loss: PPO's clipped ratio with separate low and high clip ranges (DAPO's clip-higher), summed
   over tokens and divided by the number of tokens in the whole batch (token-level aggregation),
   plus an optional k3 estimate of KL to the reference policy.
@@ -19,11 +20,14 @@ Pure functions over numbers and tensors, so each can be checked against hand-com
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from ..errors import ConfigError
 
 ZERO_VARIANCE_TOL = 1e-9
+_E = TypeVar("_E", bound=Callable[..., list[list[float]]])
 
 
 def group_advantages(
@@ -49,6 +53,85 @@ def group_advantages(
     return [c / (std + eps) for c in centred]
 
 
+class AdvantageEstimator(Protocol):
+    """Advantages of one group: one row per episode, one value per decision (``decisions[i]`` in
+    episode i). The group's options (``scale_std``, ``baseline``, ``eps``) reach every estimator."""
+
+    def __call__(
+        self, rewards: Sequence[float], decisions: Sequence[int], *, scale_std: bool, baseline: str, eps: float
+    ) -> list[list[float]]: ...
+
+
+class UnknownEstimatorError(ConfigError, ValueError):
+    """An advantage estimator name nobody registered: a config error (the name comes from
+    ``grpo.credit``) that is still the ``ValueError`` :func:`decision_advantages` always raised."""
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+"""Each way to spread a group's rewards over its episodes' decisions, named once (veRL's
+``register_adv_est``); the config names one, and the GRPO stage asks :func:`advantage_estimator`."""
+
+
+def register_advantage(name: str) -> Callable[[_E], _E]:
+    """Register an estimator under ``name`` (the value the config selects it by)."""
+
+    def add(estimator: _E) -> _E:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = estimator
+        return estimator
+
+    return add
+
+
+def advantage_estimator(name: str) -> AdvantageEstimator:
+    """The estimator registered under ``name``; an unknown name is a one-line error naming them all."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+        raise UnknownEstimatorError(f"unknown credit {name!r}: the registered advantage estimators are {known}") from None
+
+
+def _same_length(rewards: Sequence[float], decisions: Sequence[int]) -> None:
+    if len(rewards) != len(decisions):
+        raise ValueError(f"{len(rewards)} rewards for {len(decisions)} episodes")
+
+
+@register_advantage("episode")
+def episode_advantages(
+    rewards: Sequence[float], decisions: Sequence[int], *, scale_std: bool = True, baseline: str = "mean", eps: float = 1e-4
+) -> list[list[float]]:
+    """Each decision takes its episode's group advantage (GRPO as published). An episode whose first
+    attempt was rejected scores below the group's first-try successes even when its second decision
+    repaired the call, so that repair is pushed down, and ABSTAIN, the other answer there, up."""
+    _same_length(rewards, decisions)
+    advantages = group_advantages(rewards, scale_std=scale_std, baseline=baseline, eps=eps)
+    return [[a] * n for a, n in zip(advantages, decisions, strict=True)]
+
+
+@register_advantage("decision")
+def per_decision_advantages(
+    rewards: Sequence[float], decisions: Sequence[int], *, scale_std: bool = True, baseline: str = "mean", eps: float = 1e-4
+) -> list[list[float]]:
+    """Decision k is compared only with the episodes of the group that reached a decision k. Those
+    all paid for k rejected attempts before it, so what separates their rewards is mostly what
+    happened from decision k on. A decision that one episode alone reached gets 0: there is nothing
+    to compare it with. The first decision of every episode is compared with the whole group, as
+    under ``episode``."""
+    _same_length(rewards, decisions)
+    out = [[0.0] * n for n in decisions]
+    for k in range(max(decisions, default=0)):
+        reached = [i for i, n in enumerate(decisions) if n > k]
+        if len(reached) < 2:
+            continue
+        reached_rewards = [rewards[i] for i in reached]
+        advantages = group_advantages(reached_rewards, scale_std=scale_std, baseline=baseline, eps=eps)
+        for i, advantage in zip(reached, advantages, strict=True):
+            out[i][k] = advantage
+    return out
+
+
 def decision_advantages(
     rewards: Sequence[float],
     decisions: Sequence[int],
@@ -58,34 +141,10 @@ def decision_advantages(
     baseline: str = "mean",
     eps: float = 1e-4,
 ) -> list[list[float]]:
-    """The advantage of each decision of each episode of one group (``decisions[i]`` decisions in
-    episode i).
-
-    ``episode``: each decision takes its episode's group advantage. An episode whose first attempt
-    was rejected scores below the group's first-try successes even when its second decision repaired
-    the call, so that repair is pushed down, and ABSTAIN, the other answer there, up.
-
-    ``decision``: decision k is compared only with the episodes of the group that reached a decision
-    k. Those all paid for k rejected attempts before it, so what separates their rewards is mostly
-    what happened from decision k on. A decision that one episode alone reached gets 0: there is
-    nothing to compare it with. The first decision of every episode is compared with the whole
-    group, as under ``episode``.
-    """
-    if len(rewards) != len(decisions):
-        raise ValueError(f"{len(rewards)} rewards for {len(decisions)} episodes")
-    options: dict[str, Any] = {"scale_std": scale_std, "baseline": baseline, "eps": eps}
-    if credit == "episode":
-        return [[a] * n for a, n in zip(group_advantages(rewards, **options), decisions, strict=True)]
-    if credit != "decision":
-        raise ValueError(f"unknown credit {credit!r}; use episode or decision")
-    out = [[0.0] * n for n in decisions]
-    for k in range(max(decisions, default=0)):
-        reached = [i for i, n in enumerate(decisions) if n > k]
-        if len(reached) < 2:
-            continue
-        for i, advantage in zip(reached, group_advantages([rewards[i] for i in reached], **options), strict=True):
-            out[i][k] = advantage
-    return out
+    """The advantage of each decision of each episode of one group, by the estimator registered as
+    ``credit`` (:data:`ADVANTAGE_ESTIMATORS`)."""
+    _same_length(rewards, decisions)
+    return advantage_estimator(credit)(rewards, decisions, scale_std=scale_std, baseline=baseline, eps=eps)
 
 
 @dataclass(frozen=True)
@@ -181,4 +240,14 @@ def clipped_policy_loss(
     return loss, parts
 
 
-__all__ = ["PolicySample", "clipped_policy_loss", "group_advantages"]
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageEstimator",
+    "PolicySample",
+    "UnknownEstimatorError",
+    "advantage_estimator",
+    "clipped_policy_loss",
+    "decision_advantages",
+    "group_advantages",
+    "register_advantage",
+]

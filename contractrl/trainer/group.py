@@ -15,7 +15,7 @@ from typing import Any
 
 from ..rollout.hf_policy import SamplingConfig
 from ..rollout.policies import Generation, Observation
-from .config import TrainConfig
+from .config import OptimConfig, TrainConfig
 from .grpo import PolicySample
 from .learner import Learner
 from .ranking import SftExample
@@ -95,8 +95,9 @@ class LearnerGroup:
 
     # --- training ------------------------------------------------------------------------------
 
-    def start_stage(self, stage: str, total_steps: int) -> None:
-        self._all("start_stage", [(stage, total_steps)] * self.world_size)
+    def start_stage(self, stage: str, total_steps: int, optim: OptimConfig | None = None) -> None:
+        """Every rank starts ``stage`` with a fresh optimizer (``optim``; by default the stage's section's)."""
+        self._all("start_stage", [(stage, total_steps, optim)] * self.world_size)
 
     def sft_step(
         self, examples: Sequence[SftExample], token_denominator: float, pair_denominator: float = 0.0

@@ -2,12 +2,15 @@
 
 Pure functions over numbers and tensors, so each can be checked against hand-computed values.
 
-* Advantages: ``(r - mean_g) / (std_g + eps)`` over the G episodes of one case. Options: no std
-  scaling (Dr. GRPO), and a leave-one-out baseline (RLOO: each episode against the mean of the
-  *other* G - 1). A group whose rewards are all equal carries no policy-gradient signal: every
-  advantage is 0. Its samples are dropped before the update, unless a KL term is on: then they stay,
-  with advantage 0, so the KL term also holds the policy on cases where every episode already did
-  the same thing (:func:`group_samples`).
+* Advantages: a baseline subtracted from each episode's reward within the G episodes of one case,
+  then divided by the group's standard deviation (``grpo.scale_std``; off: Dr. GRPO). Baselines
+  are estimators registered by name (:data:`ADVANTAGE_ESTIMATORS`, :func:`register_advantage`,
+  as veRL registers its estimators), which ``grpo.baseline`` selects: ``mean`` (GRPO) and
+  ``leave_one_out`` (RLOO: each episode against the mean of the *other* G - 1). A group whose
+  rewards are all equal carries no policy-gradient signal: every advantage is 0. Its samples are
+  dropped before the update, unless a KL term is on: then they stay, with advantage 0, so the KL
+  term also holds the policy on cases where every episode already did the same thing
+  (:func:`group_samples`).
 * Credit: every decision of an episode takes the episode's advantage (GRPO as published;
   :func:`decision_advantages`). Comparing decision k only with the episodes that reached it was
   measured to change no held-out outcome and was removed.
@@ -19,11 +22,64 @@ Pure functions over numbers and tensors, so each can be checked against hand-com
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from ..errors import ConfigError
 
 ZERO_VARIANCE_TOL = 1e-9
+_E = TypeVar("_E", bound=Callable[..., list[float]])
+
+
+class AdvantageEstimator(Protocol):
+    """A group's rewards centred on a baseline, one value per episode (before std scaling)."""
+
+    def __call__(self, rewards: Sequence[float]) -> list[float]: ...
+
+
+class UnknownEstimatorError(ConfigError, ValueError):
+    """An advantage estimator nobody registered: a config error (the name comes from
+    ``grpo.baseline``) that is still the ``ValueError`` :func:`group_advantages` always raised."""
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+"""Each baseline a group's rewards may be centred on, named once; ``grpo.baseline`` names one."""
+
+
+def register_advantage(name: str) -> Callable[[_E], _E]:
+    """Register a baseline estimator under ``name`` (the value ``grpo.baseline`` selects it by)."""
+
+    def add(estimator: _E) -> _E:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = estimator
+        return estimator
+
+    return add
+
+
+def advantage_estimator(name: str) -> AdvantageEstimator:
+    """The estimator registered under ``name``; an unknown name is a one-line error naming them all."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+        raise UnknownEstimatorError(f"unknown baseline {name!r}: the registered advantage estimators are {known}") from None
+
+
+@register_advantage("mean")
+def mean_baseline(rewards: Sequence[float]) -> list[float]:
+    """GRPO: each episode against the group's mean reward."""
+    mean = sum(rewards) / len(rewards)
+    return [r - mean for r in rewards]
+
+
+@register_advantage("leave_one_out")
+def leave_one_out_baseline(rewards: Sequence[float]) -> list[float]:
+    """RLOO: each episode against the mean of the other G - 1, an unbiased baseline."""
+    total, n = sum(rewards), len(rewards)
+    return [r - (total - r) / (n - 1) for r in rewards]
 
 
 def group_advantages(
@@ -33,18 +89,12 @@ def group_advantages(
     n = len(rewards)
     if n < 2:
         raise ValueError("a group needs at least two episodes")
-    mean = sum(rewards) / n
+    centred = advantage_estimator(baseline)(rewards)
     if max(rewards) - min(rewards) <= ZERO_VARIANCE_TOL:
         return [0.0] * n
-    if baseline == "mean":
-        centred = [r - mean for r in rewards]
-    elif baseline == "leave_one_out":
-        total = sum(rewards)
-        centred = [r - (total - r) / (n - 1) for r in rewards]
-    else:
-        raise ValueError(f"unknown baseline {baseline!r}; use mean or leave_one_out")
     if not scale_std:
         return centred
+    mean = sum(rewards) / n
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
     return [c / (std + eps) for c in centred]
 
@@ -56,7 +106,7 @@ def decision_advantages(
     episode i): its episode's group advantage. An episode whose first attempt was rejected scores
     below the group's first-try successes even when its second decision repaired the call, so that
     repair is pushed down with the rejected attempt; a per-decision comparison that would not do so
-    changed no held-out outcome (benchmarks/RESULTS.md, G7) and was removed."""
+    changed no held-out outcome (docs/notebook, G7) and was removed."""
     if len(rewards) != len(decisions):
         raise ValueError(f"{len(rewards)} rewards for {len(decisions)} episodes")
     advantages = group_advantages(rewards, scale_std=scale_std, baseline=baseline)
@@ -156,4 +206,14 @@ def clipped_policy_loss(
     return loss, parts
 
 
-__all__ = ["PolicySample", "clipped_policy_loss", "group_advantages"]
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageEstimator",
+    "PolicySample",
+    "UnknownEstimatorError",
+    "advantage_estimator",
+    "clipped_policy_loss",
+    "decision_advantages",
+    "group_advantages",
+    "register_advantage",
+]

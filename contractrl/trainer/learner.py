@@ -17,13 +17,14 @@ import random
 import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
+from ..errors import ConfigError
 from ..rollout.cpu import compute_context, product_dtype, release_memory
 from ..rollout.hf_policy import HFPolicy, SamplingConfig
 from ..rollout.policies import Generation, Observation
 from .adapter_base import describe_base, write_base
-from .config import TrainConfig
+from .config import OptimConfig, Stage, TrainConfig
 from .engine import DeepSpeedEngine, TorchEngine, TrainEngine
 from .grpo import PolicySample, clipped_policy_loss
 from .presets import load_model, model_path
@@ -124,9 +125,11 @@ class Learner:
 
         return get_peft_model(base, peft_lora_config(lora, getattr(base.config, "num_hidden_layers", None)))
 
-    def start_stage(self, stage: str, total_steps: int) -> None:
-        """A fresh optimizer and schedule for ``stage`` (SFT and GRPO have their own)."""
-        optim = self.config.sft.optim if stage == "sft" else self.config.grpo.optim
+    def start_stage(self, stage: str, total_steps: int, optim: OptimConfig | None = None) -> None:
+        """A fresh optimizer and schedule for ``stage``: ``optim``, as the stage object holds it
+        (:mod:`.stages`), or by default the ``optim`` of the config section named like the stage
+        (``sft.optim``, ``grpo.optim``), for callers that drive a learner without stage objects."""
+        optim = optim if optim is not None else stage_optim(self.config, stage)
         if self.config.deepspeed.enabled:
             self.engine = DeepSpeedEngine(self.model, optim, total_steps, self.config.deepspeed, bf16=self.bf16)
         else:
@@ -363,6 +366,14 @@ class Learner:
         return str(out)
 
 
+def stage_optim(config: TrainConfig, stage: str) -> OptimConfig:
+    """The optimizer settings of the config section a stage is named after."""
+    optim = getattr(getattr(config, stage, None), "optim", None)
+    if not isinstance(optim, OptimConfig):
+        raise ConfigError(f"stage {stage!r} has no config section with an optim; the stages are {', '.join(get_args(Stage))}")
+    return optim
+
+
 def peft_lora_config(lora: Any, num_layers: int | None = None) -> Any:
     """The peft ``LoraConfig`` of the config tree's ``model.lora`` (one definition, shared with the
     TRL benchmark so both sides train the same adapter). ``num_layers`` is the model's depth, which
@@ -383,4 +394,4 @@ def peft_lora_config(lora: Any, num_layers: int | None = None) -> Any:
     )
 
 
-__all__ = ["Learner", "free_port", "node_address", "peft_lora_config"]
+__all__ = ["Learner", "free_port", "node_address", "peft_lora_config", "stage_optim"]

@@ -94,10 +94,7 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     """Build dataclass ``cls`` from plain data, checking every key and value."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix or 'config'} must be a mapping, not {type(data).__name__} ({data!r})")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
-    _refuse_old_keys(cls, data, prefix)
-    _refuse_unknown(data, fields, prefix)
+    hints, fields = _checked_keys(cls, data, prefix)
     kwargs = {}
     for name, value in data.items():
         spec = fields[name]
@@ -136,11 +133,7 @@ def _is_items(overrides: Any) -> bool:
 
 
 def _derive(config: T, data: Mapping[str, Any], prefix: str) -> T:
-    cls = type(config)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(config) if f.init}  # type: ignore[arg-type]
-    _refuse_old_keys(cls, data, prefix)
-    _refuse_unknown(data, fields, prefix)
+    hints, fields = _checked_keys(type(config), data, prefix)
     kwargs = {}
     for name, value in data.items():
         current, key = getattr(config, name), _join(prefix, name)
@@ -161,6 +154,14 @@ def _derive(config: T, data: Mapping[str, Any], prefix: str) -> T:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{prefix or 'config'}: {exc}") from exc
+
+
+def _checked_keys(cls: type[Any], data: Mapping[str, Any], prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``cls``'s type hints and init fields, once ``data`` names none of its moved, removed or unknown keys."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    _refuse_old_keys(cls, data, prefix)
+    _refuse_unknown(data, fields, prefix)
+    return typing.get_type_hints(cls), fields
 
 
 def _refuse_unknown(data: Mapping[str, Any], fields: Collection[str], prefix: str) -> None:

@@ -48,11 +48,12 @@ from contractrl.analysis.stats import paired_bootstrap
 from contractrl.errors import ContractRLError
 from contractrl.rollout.env import RepairEnv
 from contractrl.rollout.prompts import render_messages, render_prompt
+from contractrl.tasks.arms import DEFAULT_ARM
 from contractrl.tasks.cases import ABSTAIN, Case
 from contractrl.tasks.contrast import CONTRAST_FORMS, contrast_case
 from contractrl.tasks.offline import read_cases
 
-ARM = "contractrl"
+ARM = DEFAULT_ARM
 STATED = ("form", "start", "end")
 
 

@@ -29,7 +29,11 @@ from contractrl.gate.adapters import gated_tool_node, langchain_tool_definitions
 from contractrl.rollout.ledger import read_ledger
 
 REQUEST = "Forecast for Oslo, 3 days, metric"
-CALLS = [("call_1", {"city": "Oslo", "days": "3", "units": "Metric"}), ("call_2", {"city": "Oslo", "days": "three"})]
+REPLIES = [  # the scripted model's turns: a call the heuristic repairs, one it cannot, an answer
+    AIMessage("", tool_calls=[{"name": "forecast", "args": {"city": "Oslo", "days": "3", "units": "Metric"}, "id": "call_1"}]),
+    AIMessage("", tool_calls=[{"name": "forecast", "args": {"city": "Oslo", "days": "three"}, "id": "call_2"}]),
+    AIMessage("done"),
+]
 
 
 @tool
@@ -40,8 +44,7 @@ def forecast(city: str, days: int, units: Literal["metric", "imperial"] = "metri
 
 
 def run(tool_node: Callable[[list[Any]], Any]) -> None:
-    replies = [AIMessage("", tool_calls=[{"name": "forecast", "args": args, "id": call_id}]) for call_id, args in CALLS]
-    model = GenericFakeChatModel(messages=iter([*replies, AIMessage("done")]))
+    model = GenericFakeChatModel(messages=iter([m.model_copy() for m in REPLIES]))
     graph = StateGraph(MessagesState)
     graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
     graph.add_node("tools", tool_node([forecast]))

@@ -26,7 +26,11 @@ from contractrl.gate.adapters import gate_function_tool, openai_agents_tool_defi
 from contractrl.rollout.ledger import read_ledger
 
 REQUEST = "Forecast for Oslo, 3 days, metric"
-CALLS = [("call_1", {"city": "Oslo", "days": "3", "units": "Metric"}), ("call_2", {"city": "Oslo", "days": "three"})]
+STEPS: list[Any] = [  # the scripted model's turns: a call the heuristic repairs, one it cannot, an answer
+    [function_call("forecast", {"city": "Oslo", "days": "3", "units": "Metric"}, call_id="call_1")],
+    [function_call("forecast", {"city": "Oslo", "days": "three"}, call_id="call_2")],
+    [assistant_message("done")],
+]
 
 
 @function_tool
@@ -37,8 +41,7 @@ def forecast(city: str, days: int, units: Literal["metric", "imperial"] = "metri
 
 
 def run(tool: FunctionTool) -> None:
-    steps: list[Any] = [[function_call("forecast", args, call_id=call_id)] for call_id, args in CALLS]
-    agent = Agent(name="weather", model=ScriptedModel([*steps, [assistant_message("done")]]), tools=[tool])
+    agent = Agent(name="weather", model=ScriptedModel(STEPS), tools=[tool])
     result = asyncio.run(Runner.run(agent, REQUEST, run_config=RunConfig(tracing_disabled=True)))
     for item in result.new_items:
         if item.type == "tool_call_output_item":

@@ -1,8 +1,8 @@
 """The gate's agent-framework adapters (issue 52 section 3), each against its real package.
 
-Every framework is driven by its own scripted model (pydantic-ai's ``FunctionModel``, a
-langchain-core fake chat model, the Agents SDK's ``ScriptedModel``) emitting the same three calls
-in turn: a valid one, one the heuristic repairs (a number sent as text, an enum member in the
+Every framework is driven by a scripted model (pydantic-ai's ``FunctionModel``, scripted
+AIMessages into a LangGraph ToolNode, the Agents SDK's ``ScriptedModel``; the examples, run here
+too, drive LangGraph with langchain-core's fake chat model) emitting the same three calls in turn: a valid one, one the heuristic repairs (a number sent as text, an enum member in the
 wrong case) and one it cannot (a day count written as a word). Each test checks what the tool
 received, that a refused call never ran it, what the model was told, and that the ledger holds one
 row per call with the decision the framework acted on. A control per framework runs the same
@@ -162,35 +162,29 @@ def test_pydantic_ai_no_arguments_are_an_empty_object(tmp_path: Path) -> None:
 # -- LangGraph ---------------------------------------------------------------------------------------
 
 
-def _langgraph_run(node_for: Any, *, use_async: bool) -> tuple[Forecast, list[Any]]:
-    """SCRIPT through an agent -> tools graph driven by a langchain-core fake chat model."""
-    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+def _langgraph_run(node: Any, *, use_async: bool) -> list[Any]:
+    """SCRIPT through a graph holding only the ToolNode (the examples run it in an agent -> tools
+    loop), one scripted AIMessage per turn on the growing message list; returns the ToolMessages."""
     from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_core.tools import tool as as_tool
     from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import tools_condition
 
-    tool = Forecast()
-    forecast = as_tool(tool.fn)
-    replies = [AIMessage("", tool_calls=[{"name": "forecast", "args": args, "id": call_id}]) for call_id, args in SCRIPT]
-    model = GenericFakeChatModel(messages=iter([*replies, AIMessage("done")]))
     graph = StateGraph(MessagesState)
-    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    graph.add_node("tools", node_for([forecast]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
+    graph.add_node("tools", node)
+    graph.add_edge(START, "tools")
     app = graph.compile()
-    start = {"messages": [HumanMessage(REQUEST)]}
-    out = asyncio.run(app.ainvoke(start)) if use_async else app.invoke(start)
-    assert out["messages"][-1].content == "done"
-    return tool, [m for m in out["messages"] if m.type == "tool"]
+    messages: list[Any] = [HumanMessage(REQUEST)]
+    for call_id, args in SCRIPT:
+        state = {"messages": [*messages, AIMessage("", tool_calls=[{"name": "forecast", "args": args, "id": call_id}])]}
+        messages = asyncio.run(app.ainvoke(state))["messages"] if use_async else app.invoke(state)["messages"]
+    return [m for m in messages if m.type == "tool"]
 
 
 def test_langgraph_without_the_gate_returns_an_error_message() -> None:
+    from langchain_core.tools import tool as as_tool
     from langgraph.prebuilt import ToolNode
 
-    tool, messages = _langgraph_run(ToolNode, use_async=False)
+    tool = Forecast()
+    messages = _langgraph_run(ToolNode([as_tool(tool.fn)]), use_async=False)
     assert tool.runs == [VALID]
     assert [m.status for m in messages] == ["success", "error", "error"]
 
@@ -199,8 +193,9 @@ def test_langgraph_without_the_gate_returns_an_error_message() -> None:
 def test_langgraph_tool_node_repairs_or_answers_an_error(tmp_path: Path, use_async: bool) -> None:
     from langchain_core.tools import tool as as_tool
 
-    gate = _gate(langchain_tool_definitions([as_tool(Forecast().fn)]), tmp_path / "ledger")
-    tool, messages = _langgraph_run(lambda tools: gated_tool_node(tools, gate), use_async=use_async)
+    tool = Forecast()
+    gate = _gate(langchain_tool_definitions([as_tool(tool.fn)]), tmp_path / "ledger")
+    messages = _langgraph_run(gated_tool_node([as_tool(tool.fn)], gate), use_async=use_async)
     assert [m.status for m in messages] == ["success", "success", "error"]
     assert [m.tool_call_id for m in messages] == ["c0", "c1", "c2"]
     _assert_gated(tool, _ledger(gate, tmp_path / "ledger"), messages[2].content)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,61 @@ def test_options_are_refused_as_config_keys_are(capsys: pytest.CaptureFixture[st
         main(["rollout", "--print-config", "--wrkers", "1"])  # a mistyped flag is still argparse's error
     assert main(["study", "bogus", "--out", "x"]) == 2
     assert "study must be one of feedback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("workers=-1", "workers must be >= 0, got -1"),
+        ("max_new_tokens=0", "max_new_tokens must be >= 1, got 0"),
+        ("temperature=-0.5", "temperature must be >= 0, got -0.5"),
+        ("temperature=.nan", "temperature must be >= 0, got nan"),
+        ("shield_k=-1", "shield_k must be >= 0 (0: blind decoding), got -1"),
+        ("policy_actors=-2", "policy_actors must be >= 0, got -2"),
+        ("gpus_per_actor=-0.25", "gpus_per_actor must be >= 0, got -0.25"),
+        ("group=0", "group must be >= 1, got 0"),
+    ],
+)
+def test_rollout_options_refuse_out_of_range_values(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ranges are field metadata (rollout/options.py): the command refuses each on one line naming the key."""
+    assert main(["rollout", "--print-config", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("n=0", "n must be >= 1, got 0"),
+        ("workers=-1", "workers must be >= 0, got -1"),  # a field the study re-declares keeps its range
+        ("temperature=-1", "temperature must be >= 0, got -1"),
+        ("shield_k=-1", "shield_k must be >= 0 (0: blind decoding), got -1"),  # and an inherited one
+    ],
+)
+def test_study_options_refuse_out_of_range_values(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["study", "feedback", "--print-config", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("workers=-1", "workers must be >= 0, got -1"),
+        ("thresholds=[]", "thresholds must not be empty"),
+        ("thresholds=[0.5, 1.5]", "thresholds must lie in [0, 1]"),  # each threshold: a check by hand
+    ],
+)
+def test_report_options_refuse_out_of_range_values(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report command and the main job's report section (one class) refuse the same values."""
+    from contractrl.errors import ConfigError
+    from contractrl.pipeline import load_main_job_config
+
+    assert main(["report", "--print-config", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    with pytest.raises(ConfigError, match=re.escape(f"report.{message}")):
+        load_main_job_config(overrides=[f"report.{override}"])
 
 
 def test_overrides_may_follow_flags(capsys: pytest.CaptureFixture[str]) -> None:

@@ -218,11 +218,12 @@ def _policy_factory(options: PolicyOptions, cases_dir: str) -> Callable[[str], A
         from .gate.policy import hf_model_target
         from .rollout.hf_policy import HFPolicy, SamplingConfig
         from .rollout.policy_pool import ActorPolicy, PolicySpec
+        from .trainer.model_cache import MODELS_DIR
         from .trainer.presets import load_model
 
         # absolute paths, so an actor whose working directory differs finds (or builds) the same files
         target, preset = hf_model_target(spec)
-        load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
+        load = functools.partial(load_model, target, cache_dir=MODELS_DIR.resolve())
         sampling = SamplingConfig.from_options(
             max_new_tokens=options.max_new_tokens,
             temperature=options.temperature,

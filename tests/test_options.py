@@ -206,6 +206,28 @@ def test_one_default_generation_budget_and_one_attempt_budget() -> None:
     assert {(b.max_attempts, b.max_ops) for b in budgets} == {(DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS)}
 
 
+def test_one_model_cache_default() -> None:
+    """The model cache's default path is stated once (trainer/model_cache.py): the training config,
+    the preset builders and every command that loads a policy use that constant, not a copy."""
+    import ast
+
+    from contractrl.trainer.config import TrainConfig
+    from contractrl.trainer.model_cache import MODELS_DIR
+    from contractrl.trainer.presets import tiny_path
+
+    assert TrainConfig().model.cache_dir == str(MODELS_DIR) == "runs/models"
+    assert tiny_path().parent == MODELS_DIR.resolve()
+    package = Path(__file__).resolve().parents[1] / "contractrl"
+    copies = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "model_cache.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.rstrip("/") == str(MODELS_DIR)
+    ]
+    assert not copies, f"the model cache's path written again: {copies}"
+
+
 def test_tune_prints_its_resolved_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``tune --print-config``: the sweep file with its overrides applied, every key with its help,
     which loads back to the same sweep."""

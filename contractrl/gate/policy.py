@@ -17,8 +17,7 @@ from ..errors import ConfigError
 from ..rollout.options import DEFAULT_MAX_NEW_TOKENS
 from ..rollout.policies import HeuristicPolicy, Policy
 from ..tasks.arms import DEFAULT_ARM, arm_spec
-
-MODELS_DIR = Path("runs/models")
+from ..trainer.model_cache import MODELS_DIR
 
 
 @dataclass(frozen=True)

@@ -224,13 +224,7 @@ def _policy_factory(options: PolicyOptions, cases_dir: str) -> Callable[[str], A
         # absolute paths, so an actor whose working directory differs finds (or builds) the same files
         target, preset = hf_model_target(spec)
         load = functools.partial(load_model, target, cache_dir=MODELS_DIR.resolve())
-        sampling = SamplingConfig.from_options(
-            max_new_tokens=options.max_new_tokens,
-            temperature=options.temperature,
-            seed=options.seed,
-            shield_k=options.shield_k,
-            enumerate_candidates=options.enumerate,
-        )
+        sampling = SamplingConfig.from_options(options)
         mode = options.mode
         if options.policy_actors > 0:  # the model loads inside each actor, once
             return _PolicyPools(

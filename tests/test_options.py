@@ -206,6 +206,20 @@ def test_one_default_generation_budget_and_one_attempt_budget() -> None:
     assert {(b.max_attempts, b.max_ops) for b in budgets} == {(DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS)}
 
 
+def test_the_rollout_and_the_gate_decode_alike() -> None:
+    """One translation of the decoding options: the rollout's and the gate's option objects pass
+    whole to SamplingConfig.from_options; temperature 0 decodes greedily."""
+    from contractrl.gate.policy import HFOptions
+    from contractrl.rollout.hf_policy import SamplingConfig
+
+    values = {"max_new_tokens": 40, "temperature": 0.0, "seed": 7, "shield_k": 3, "enumerate": False}
+    expected = SamplingConfig(max_new_tokens=40, temperature=0.0, do_sample=False, seed=7, shield_k=3, shield_enumerate=False)
+    for options in (RolloutOptions(**values), StudyOptions(**values), HFOptions(**values)):
+        assert SamplingConfig.from_options(options) == expected, type(options).__name__
+    sampled = SamplingConfig.from_options(RolloutOptions())
+    assert (sampled.do_sample, sampled.temperature, sampled.shield_k, sampled.shield_enumerate) == (True, 1.0, 1, True)
+
+
 def test_one_model_cache_default() -> None:
     """The model cache's default path is stated once (trainer/model_cache.py): the training config,
     the preset builders and every command that loads a policy use that constant, not a copy."""

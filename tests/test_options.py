@@ -15,7 +15,7 @@ from contractrl.analysis.options import DEFAULT_THRESHOLDS, ReportConfig, Report
 from contractrl.cli import _SET, build_parser, main, split_study_overrides
 from contractrl.configtree import from_dict, to_dict
 from contractrl.experiments.options import StudyOptions
-from contractrl.rollout.ledger import read_ledger
+from contractrl.rollout.ledger import UNHASHED_FIELDS, read_ledger
 from contractrl.rollout.options import DEFAULT_MAX_NEW_TOKENS, RolloutOptions
 from contractrl.tasks.demonstrations import gold_answer
 from contractrl.tasks.offline import read_cases
@@ -136,6 +136,32 @@ def test_report_options_refuse_out_of_range_values(override: str, message: str, 
     assert message in err and "\n" not in err
     with pytest.raises(ConfigError, match=re.escape(f"report.{message}")):
         load_main_job_config(overrides=[f"report.{override}"])
+
+
+def test_a_rollout_can_name_its_policy_as_the_main_job_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--policy-name`` reaches every row's ``policy`` column and so the system a table shows
+    (``arm:policy@stage``, as the main job names its trained model); without it the rows and the
+    manifest are those of before, and only the policy column tells the two runs apart."""
+    from contractrl.analysis.join import join_runs, read_episodes
+    from contractrl.rollout.run import read_manifest
+
+    cases = _cases(tmp_path, capsys)
+    common = ["--cases", str(cases), "--policy", "heuristic", "--workers", "0", "--label", "stage=grpo"]
+    plain = _rollout([*common, "--out", str(tmp_path / "plain")], capsys)
+    named = _rollout([*common, "--out", str(tmp_path / "named"), "--policy-name", "smollm2/lora-r16"], capsys)
+    override = _rollout([*common, f"out={tmp_path / 'override'}", "policy_name=smollm2/lora-r16"], capsys)
+    assert named["ledger_sha256"] == override["ledger_sha256"] != plain["ledger_sha256"]
+    plain_rows, named_rows = read_ledger(tmp_path / "plain"), read_ledger(tmp_path / "named")
+    assert {r["policy"] for r in plain_rows} == {"heuristic"} and {r["policy"] for r in named_rows} == {"smollm2/lora-r16"}
+    volatile = UNHASHED_FIELDS | {"policy"}  # the timings and the chain, which hashes the policy too
+    for a, b in zip(plain_rows, named_rows, strict=True):
+        assert {k: v for k, v in a.items() if k not in volatile} == {k: v for k, v in b.items() if k not in volatile}
+    assert "policy_name" not in read_manifest(tmp_path / "plain")["config"]
+    assert read_manifest(tmp_path / "named")["config"]["policy_name"] == "smollm2/lora-r16"
+    episodes = read_episodes(join_runs([tmp_path / "named"], [cases], tmp_path / "joined", use_ray=False))
+    assert set(episodes["system"]) == {"contractrl:smollm2/lora-r16@grpo"}
+    assert main(["rollout", "--cases", str(cases), "--policy", "heuristic", "--out", "x", "--label", "policy=y"]) == 2
+    assert "--policy-name NAME" in capsys.readouterr().err
 
 
 def test_overrides_may_follow_flags(capsys: pytest.CaptureFixture[str]) -> None:

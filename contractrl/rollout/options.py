@@ -3,8 +3,9 @@
 The same tree machinery as training's config (:mod:`contractrl.configtree`): every option has one
 default, one help text and its range (field metadata), here; the command's flags
 (``--max-new-tokens``) and ``key=value`` overrides (``max_new_tokens=64``) both set these fields,
-so a flag cannot carry a default of its own. The study command extends :class:`PolicyOptions` (``experiments/options.py``). Nothing here
-imports torch: ``--print-config`` and ``--help`` stay instant.
+so a flag cannot carry a default of its own. The study command extends :class:`PolicyOptions`
+(``experiments/options.py``). Nothing here imports torch: ``--print-config`` and ``--help`` stay
+instant.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ class RolloutOptions(PolicyOptions):
     group: int = setting(1, help="episodes per case (G)", ge=1)
     feedback: str = setting("full", help=f"hf policies: how much of the typed report ({', '.join(FEEDBACK)})")
     labels: dict[str, str] = setting(factory=dict, help="run labels for the report (labels.condition=slice; --label KEY=VALUE)")
+    policy_name: str = setting(
+        "",
+        help="the policy's name in the run's rows, which names its system (arm:policy@stage) in every table; '' keeps "
+        "its own (a preset, the path after hf:, heuristic). E.g. smollm2/lora-r16 with --label stage=grpo pools an "
+        "adapter's rollout with the main job's runs of that model",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

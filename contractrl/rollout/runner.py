@@ -103,7 +103,7 @@ class EpisodeRunner:
         policy_name: str = "",
     ) -> None:
         self.policy = policy
-        self.policy_name = policy_name or policy.name
+        self.policy_name = policy_name
         self.pool = pool
         self.arm = arm
         self.max_inflight = max_inflight
@@ -117,7 +117,8 @@ class EpisodeRunner:
 
     def run_episodes(self, cases: Sequence[PublicCase], *, group: int = 1, seed: int = 0, progress: Any = None) -> list[Episode]:
         """Rows with the generations that produced them (what a policy-gradient update needs)."""
-        keys = [EpisodeKey(i, g, self.arm, self.policy_name, seed) for i in range(len(cases)) for g in range(group)]
+        name = self.policy_name or self.policy.name
+        keys = [EpisodeKey(i, g, self.arm, name, seed) for i in range(len(cases)) for g in range(group)]
         episodes: dict[EpisodeKey, Episode] = {}
         for start in range(0, len(keys), self.max_inflight):
             chunk = keys[start : start + self.max_inflight]

@@ -27,6 +27,7 @@ from contractrl.rollout.policy_pool import ActorPolicy, PolicySpec
 from contractrl.rollout.run import write_run
 from contractrl.rollout.runner import EpisodeRunner, LocalPool
 from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.trainer.model_cache import MODELS_DIR
 from contractrl.trainer.presets import PRESETS, load_model
 
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     target = args.model if args.model in PRESETS else f"hf:{Path(args.model).resolve()}"
-    load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
+    load = functools.partial(load_model, target, cache_dir=MODELS_DIR.resolve())
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, do_sample=False, batch_size=args.batch_size)
     spec = PolicySpec(load, sampling=sampling, name=Path(args.model).name)
     cases = [c.public for c in generate_cases(GenerateConfig(seed=11, n=args.n))]

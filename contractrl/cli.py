@@ -218,18 +218,13 @@ def _policy_factory(options: PolicyOptions, cases_dir: str) -> Callable[[str], A
         from .gate.policy import hf_model_target
         from .rollout.hf_policy import HFPolicy, SamplingConfig
         from .rollout.policy_pool import ActorPolicy, PolicySpec
+        from .trainer.model_cache import MODELS_DIR
         from .trainer.presets import load_model
 
         # absolute paths, so an actor whose working directory differs finds (or builds) the same files
         target, preset = hf_model_target(spec)
-        load = functools.partial(load_model, target, cache_dir=Path("runs/models").resolve())
-        sampling = SamplingConfig.from_options(
-            max_new_tokens=options.max_new_tokens,
-            temperature=options.temperature,
-            seed=options.seed,
-            shield_k=options.shield_k,
-            enumerate_candidates=options.enumerate,
-        )
+        load = functools.partial(load_model, target, cache_dir=MODELS_DIR.resolve())
+        sampling = SamplingConfig.from_options(options)
         mode = options.mode
         if options.policy_actors > 0:  # the model loads inside each actor, once
             return _PolicyPools(
@@ -306,7 +301,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         factory = _policy_factory(options, options.cases)
         policy = factory(options.feedback)
         ray_pool = RayPool(options.workers) if options.workers > 0 else None
-    runner = EpisodeRunner(policy, ray_pool or LocalPool(1), arm=options.arm)
+    runner = EpisodeRunner(policy, ray_pool or LocalPool(1), arm=options.arm, policy_name=options.policy_name)
     config = {
         "cases_files_sha256": read_manifest(options.cases)["files"],
         "policy": options.policy,
@@ -315,6 +310,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "seed": options.seed,
         "mode": options.mode,
         "feedback": options.feedback,
+        **({"policy_name": options.policy_name} if options.policy_name else {}),  # unset: the manifest of before
     }
     # a model's runs carry its name (as a study's do), so a report over several says which is which
     model = {"model": options.model} if options.model else {}
@@ -355,7 +351,9 @@ def _check_labels(labels: dict[str, str]) -> None:
 
     unknown = sorted(set(labels) - set(RUN_LABELS))
     if unknown:
-        raise ConfigError(f"run labels {unknown} unknown; a label's key is one of {', '.join(RUN_LABELS)}")
+        # the policy is a column of every row, not a run label: it has an option of its own
+        hint = " (the policy's name in the rows is --policy-name NAME)" if "policy" in unknown else ""
+        raise ConfigError(f"run labels {unknown} unknown; a label's key is one of {', '.join(RUN_LABELS)}{hint}")
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -802,6 +800,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a run label for the report",
     )
+    _option_flag(rollout, RolloutOptions, "policy_name")
     _option_flag(rollout, RolloutOptions, "out")
     _option_flag(rollout, RolloutOptions, "progress", "--no-progress", action="store_const", const=False, help="no progress bars")
     _config_flags(

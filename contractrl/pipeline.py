@@ -91,16 +91,10 @@ class WholeObjectConfig:
     """The model behind the full-regeneration and constrained-decoding arms."""
 
     enabled: bool = setting(True, help="train and evaluate the whole-object arms")
-    sft_steps: int = setting(60, help="SFT steps on gold target objects (the patch arms' SFT budget)")
-    max_new_tokens: int = setting(DEFAULT_MAX_NEW_TOKENS, help="generation limit per whole object")
-    policy_actors: int = setting(0, help="held-out evaluation on N Ray actors, each holding the model (0 = here)")
-    gpus_per_actor: float = setting(0.0, help="GPUs per policy actor")
-
-    def __post_init__(self) -> None:
-        check(self.sft_steps >= 1, f"whole_object.sft_steps must be >= 1, got {self.sft_steps}")
-        check(self.max_new_tokens >= 8, f"whole_object.max_new_tokens must be >= 8, got {self.max_new_tokens}")
-        check(self.policy_actors >= 0, f"whole_object.policy_actors must be >= 0, got {self.policy_actors}")
-        check(self.gpus_per_actor >= 0, f"whole_object.gpus_per_actor must be >= 0, got {self.gpus_per_actor}")
+    sft_steps: int = setting(60, help="SFT steps on gold target objects (the patch arms' SFT budget)", ge=1)
+    max_new_tokens: int = setting(DEFAULT_MAX_NEW_TOKENS, help="generation limit per whole object", ge=8)
+    policy_actors: int = setting(0, help="held-out evaluation on N Ray actors, each holding the model (0 = here)", ge=0)
+    gpus_per_actor: float = setting(0.0, help="GPUs per policy actor", ge=0)
 
 
 @dataclass(frozen=True)
@@ -112,14 +106,13 @@ class BfclSliceConfig:
         help="a BFCL v4 category of the bfcl-eval wheel (tasks/bfcl_wheel.py; '' skips the slice); the live "
         "categories are held out: evaluated, never trained or selected on",
     )
-    cases: int = setting(24, help="cases drawn from the category, over the corruption families it can host")
+    cases: int = setting(24, help="cases drawn from the category, over the corruption families it can host", ge=1)
 
     def __post_init__(self) -> None:
         check(
             self.category == "" or self.category in BFCL_CATEGORIES,
             f"bfcl.category: unknown BFCL category {self.category!r}; choose from {', '.join(BFCL_CATEGORIES)}, or ''",
         )
-        check(self.cases >= 1, f"bfcl.cases must be >= 1, got {self.cases}")
 
 
 @dataclass(frozen=True)

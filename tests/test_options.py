@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from contractrl.analysis.options import DEFAULT_THRESHOLDS, ReportConfig, Report
 from contractrl.cli import _SET, build_parser, main, split_study_overrides
 from contractrl.configtree import from_dict, to_dict
 from contractrl.experiments.options import StudyOptions
-from contractrl.rollout.ledger import read_ledger
+from contractrl.rollout.ledger import UNHASHED_FIELDS, read_ledger
 from contractrl.rollout.options import DEFAULT_MAX_NEW_TOKENS, RolloutOptions
 from contractrl.tasks.demonstrations import gold_answer
 from contractrl.tasks.offline import read_cases
@@ -80,6 +81,87 @@ def test_options_are_refused_as_config_keys_are(capsys: pytest.CaptureFixture[st
         main(["rollout", "--print-config", "--wrkers", "1"])  # a mistyped flag is still argparse's error
     assert main(["study", "bogus", "--out", "x"]) == 2
     assert "study must be one of feedback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("workers=-1", "workers must be >= 0, got -1"),
+        ("max_new_tokens=0", "max_new_tokens must be >= 1, got 0"),
+        ("temperature=-0.5", "temperature must be >= 0, got -0.5"),
+        ("temperature=.nan", "temperature must be >= 0, got nan"),
+        ("shield_k=-1", "shield_k must be >= 0 (0: blind decoding), got -1"),
+        ("policy_actors=-2", "policy_actors must be >= 0, got -2"),
+        ("gpus_per_actor=-0.25", "gpus_per_actor must be >= 0, got -0.25"),
+        ("group=0", "group must be >= 1, got 0"),
+    ],
+)
+def test_rollout_options_refuse_out_of_range_values(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ranges are field metadata (rollout/options.py): the command refuses each on one line naming the key."""
+    assert main(["rollout", "--print-config", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("n=0", "n must be >= 1, got 0"),
+        ("workers=-1", "workers must be >= 0, got -1"),  # a field the study re-declares keeps its range
+        ("temperature=-1", "temperature must be >= 0, got -1"),
+        ("shield_k=-1", "shield_k must be >= 0 (0: blind decoding), got -1"),  # and an inherited one
+    ],
+)
+def test_study_options_refuse_out_of_range_values(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["study", "feedback", "--print-config", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("workers=-1", "workers must be >= 0, got -1"),
+        ("thresholds=[]", "thresholds must not be empty"),
+        ("thresholds=[0.5, 1.5]", "thresholds must lie in [0, 1]"),  # each threshold: a check by hand
+    ],
+)
+def test_report_options_refuse_out_of_range_values(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report command and the main job's report section (one class) refuse the same values."""
+    from contractrl.errors import ConfigError
+    from contractrl.pipeline import load_main_job_config
+
+    assert main(["report", "--print-config", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    with pytest.raises(ConfigError, match=re.escape(f"report.{message}")):
+        load_main_job_config(overrides=[f"report.{override}"])
+
+
+def test_a_rollout_can_name_its_policy_as_the_main_job_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--policy-name`` reaches every row's ``policy`` column and so the system a table shows
+    (``arm:policy@stage``, as the main job names its trained model); without it the rows and the
+    manifest are those of before, and only the policy column tells the two runs apart."""
+    from contractrl.analysis.join import join_runs, read_episodes
+    from contractrl.rollout.run import read_manifest
+
+    cases = _cases(tmp_path, capsys)
+    common = ["--cases", str(cases), "--policy", "heuristic", "--workers", "0", "--label", "stage=grpo"]
+    plain = _rollout([*common, "--out", str(tmp_path / "plain")], capsys)
+    named = _rollout([*common, "--out", str(tmp_path / "named"), "--policy-name", "smollm2/lora-r16"], capsys)
+    override = _rollout([*common, f"out={tmp_path / 'override'}", "policy_name=smollm2/lora-r16"], capsys)
+    assert named["ledger_sha256"] == override["ledger_sha256"] != plain["ledger_sha256"]
+    plain_rows, named_rows = read_ledger(tmp_path / "plain"), read_ledger(tmp_path / "named")
+    assert {r["policy"] for r in plain_rows} == {"heuristic"} and {r["policy"] for r in named_rows} == {"smollm2/lora-r16"}
+    volatile = UNHASHED_FIELDS | {"policy"}  # the timings and the chain, which hashes the policy too
+    for a, b in zip(plain_rows, named_rows, strict=True):
+        assert {k: v for k, v in a.items() if k not in volatile} == {k: v for k, v in b.items() if k not in volatile}
+    assert "policy_name" not in read_manifest(tmp_path / "plain")["config"]
+    assert read_manifest(tmp_path / "named")["config"]["policy_name"] == "smollm2/lora-r16"
+    episodes = read_episodes(join_runs([tmp_path / "named"], [cases], tmp_path / "joined", use_ray=False))
+    assert set(episodes["system"]) == {"contractrl:smollm2/lora-r16@grpo"}
+    assert main(["rollout", "--cases", str(cases), "--policy", "heuristic", "--out", "x", "--label", "policy=y"]) == 2
+    assert "--policy-name NAME" in capsys.readouterr().err
 
 
 def test_overrides_may_follow_flags(capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,6 +230,42 @@ def test_one_default_generation_budget_and_one_attempt_budget() -> None:
     assert {t.max_new_tokens for t in tokens} == {DEFAULT_MAX_NEW_TOKENS}
     budgets = [Budgets(), GenerateConfig(seed=0, n=1), GateBudgets(), DataConfig()]
     assert {(b.max_attempts, b.max_ops) for b in budgets} == {(DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS)}
+
+
+def test_the_rollout_and_the_gate_decode_alike() -> None:
+    """One translation of the decoding options: the rollout's and the gate's option objects pass
+    whole to SamplingConfig.from_options; temperature 0 decodes greedily."""
+    from contractrl.gate.policy import HFOptions
+    from contractrl.rollout.hf_policy import SamplingConfig
+
+    values = {"max_new_tokens": 40, "temperature": 0.0, "seed": 7, "shield_k": 3, "enumerate": False}
+    expected = SamplingConfig(max_new_tokens=40, temperature=0.0, do_sample=False, seed=7, shield_k=3, shield_enumerate=False)
+    for options in (RolloutOptions(**values), StudyOptions(**values), HFOptions(**values)):
+        assert SamplingConfig.from_options(options) == expected, type(options).__name__
+    sampled = SamplingConfig.from_options(RolloutOptions())
+    assert (sampled.do_sample, sampled.temperature, sampled.shield_k, sampled.shield_enumerate) == (True, 1.0, 1, True)
+
+
+def test_one_model_cache_default() -> None:
+    """The model cache's default path is stated once (trainer/model_cache.py): the training config,
+    the preset builders and every command that loads a policy use that constant, not a copy."""
+    import ast
+
+    from contractrl.trainer.config import TrainConfig
+    from contractrl.trainer.model_cache import MODELS_DIR
+    from contractrl.trainer.presets import tiny_path
+
+    assert TrainConfig().model.cache_dir == str(MODELS_DIR) == "runs/models"
+    assert tiny_path().parent == MODELS_DIR.resolve()
+    package = Path(__file__).resolve().parents[1] / "contractrl"
+    copies = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "model_cache.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.rstrip("/") == str(MODELS_DIR)
+    ]
+    assert not copies, f"the model cache's path written again: {copies}"
 
 
 def test_tune_prints_its_resolved_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -96,6 +96,23 @@ def test_run_config_overrides_and_errors(tmp_path: Path) -> None:
         load_main_job_config(overrides=["whole_object.sft_steps=0"])
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("whole_object.sft_steps=0", "whole_object.sft_steps must be >= 1, got 0"),
+        ("whole_object.max_new_tokens=7", "whole_object.max_new_tokens must be >= 8, got 7"),
+        ("whole_object.policy_actors=-1", "whole_object.policy_actors must be >= 0, got -1"),
+        ("whole_object.gpus_per_actor=-0.5", "whole_object.gpus_per_actor must be >= 0, got -0.5"),
+        ("bfcl.cases=0", "bfcl.cases must be >= 1, got 0"),
+    ],
+)
+def test_main_job_sections_refuse_out_of_range_values(override: str, message: str) -> None:
+    """WholeObjectConfig's and BfclSliceConfig's ranges are field metadata: one line naming the dotted key."""
+    with pytest.raises(ConfigError, match=re.escape(message)) as raised:
+        load_main_job_config(overrides=[override])
+    assert "\n" not in str(raised.value)
+
+
 def test_a_bfcl_slice_that_cannot_be_had_is_skipped_with_its_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No wheel and no registry: the main job says why and goes on; nothing is written for the slice."""
     from contractrl.pipeline import _evaluate_bfcl

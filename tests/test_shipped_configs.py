@@ -22,6 +22,7 @@ from contractrl.pipeline import load_main_job_config
 from contractrl.selector.config import SelectorConfig
 from contractrl.trainer.config import TrainConfig
 from contractrl.trainer.experimental import TRAIN_DISJOINT
+from contractrl.trainer.model_cache import MODELS_DIR
 from contractrl.trainer.tune import load_sweep, trial_config_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def resolved(root: Path) -> dict[str, dict[str, Any]]:
     """Each shipped config's values, flattened (the model cache's absolute path made portable)."""
-    cache = str(Path("runs/models").resolve())
+    cache = str(MODELS_DIR.resolve())
 
     def norm(config: Any) -> dict[str, Any]:
         values = flat(to_dict(config))

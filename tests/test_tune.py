@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -57,6 +58,27 @@ def test_bad_sweeps_fail_before_launch(tmp_path: Path) -> None:
         path.write_text("base: base.yaml\n" + body)
         with pytest.raises(ConfigError, match=message):
             load_sweep(path)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("num_samples=0", "num_samples must be >= 1, got 0"),
+        ("max_concurrent_trials=0", "max_concurrent_trials must be >= 1, got 0"),
+    ],
+)
+def test_sweep_options_refuse_out_of_range_values(tmp_path: Path, override: str, message: str) -> None:
+    """SweepConfig's ranges are field metadata, checked with the key's name whether a file or an override sets them."""
+    (tmp_path / "base.yaml").write_text("grpo: {steps: 2}\n")
+    path = tmp_path / "sweep.yaml"
+    path.write_text("base: base.yaml\nsearch:\n  grpo.steps: {grid: [1, 2]}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)) as raised:
+        load_sweep(path, [override])
+    assert "\n" not in str(raised.value)
+    key, _, value = override.partition("=")
+    path.write_text(f"base: base.yaml\n{key}: {value}\nsearch:\n  grpo.steps: {{grid: [1, 2]}}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_sweep(path)
 
 
 def test_trial_resources_reserve_every_actor() -> None:

@@ -17,12 +17,12 @@ DEFAULT_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
 class ReportConfig:
     """How the join scores and what the coverage-risk table cuts at (the main job's ``report``)."""
 
-    workers: int = setting(1, help="Ray Data scoring workers (0 scores in this process)")
-    thresholds: tuple[float, ...] = setting(DEFAULT_THRESHOLDS, help="confidence thresholds of the coverage-risk table")
+    workers: int = setting(1, help="Ray Data scoring workers (0 scores in this process)", ge=0)
+    thresholds: tuple[float, ...] = setting(
+        DEFAULT_THRESHOLDS, help="confidence thresholds of the coverage-risk table", nonempty=True
+    )
 
     def __post_init__(self) -> None:
-        check(self.workers >= 0, f"report.workers must be >= 0, got {self.workers}")
-        check(bool(self.thresholds), "report.thresholds must name at least one threshold")
         check(all(0.0 <= t <= 1.0 for t in self.thresholds), "report.thresholds must lie in [0, 1]")
 
 

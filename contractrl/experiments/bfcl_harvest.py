@@ -62,7 +62,7 @@ class HarvestConfig:
     max_new_tokens: int = 128
     batch_size: int = 8
     out: str = ""  # default: <data cache>/bfcl-results/<model>
-    model_cache: str | None = None  # where presets are built (default runs/models)
+    model_cache: str | None = None  # where presets are built (default trainer.model_cache.MODELS_DIR)
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.categories if c not in HARVESTABLE]

@@ -26,14 +26,13 @@ class StudyOptions(PolicyOptions):
     )
     cases: str = setting("", help="the held-out case set (noise: generated under out when not given)")
     stage: str = setting("", help="a label for the policy's training stage, e.g. grpo")
-    workers: int = setting(0, help="Ray validator workers (0 = in-process, no Ray)")
-    n: int = setting(64, help="noise and transfer: held-out cases to generate")
-    temperature: float = setting(0.0, help="hf policies: sampling temperature (0 = greedy)")
+    workers: int = setting(0, help="Ray validator workers (0 = in-process, no Ray)", ge=0)
+    n: int = setting(64, help="noise and transfer: held-out cases to generate", ge=1)
+    temperature: float = setting(0.0, help="hf policies: sampling temperature (0 = greedy)", ge=0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.study in STUDIES or self.study == "", f"study must be one of {', '.join(STUDIES)}, got {self.study!r}")
-        check(self.n >= 1, f"n must be >= 1, got {self.n}")
 
 
 __all__ = ["STUDIES", "StudyOptions"]

@@ -130,10 +130,11 @@ def summarise(policy: str, unrepairable: Sequence[float], contrast: Sequence[flo
 
 
 def measure(policy: str, pairs: Sequence[tuple[Case, Case]]) -> TwinMargin:
+    from contractrl.trainer.model_cache import MODELS_DIR
     from contractrl.trainer.presets import load_model
 
     target = f"hf:{Path(policy).resolve()}" if Path(policy).exists() else policy
-    model, tokenizer = load_model(target, cache_dir=Path("runs/models").resolve())
+    model, tokenizer = load_model(target, cache_dir=MODELS_DIR.resolve())
     model.eval()
     sides: tuple[list[float], list[float]] = ([], [])
     for case, twin in pairs:

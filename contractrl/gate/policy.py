@@ -17,8 +17,7 @@ from ..errors import ConfigError
 from ..rollout.options import DEFAULT_MAX_NEW_TOKENS
 from ..rollout.policies import HeuristicPolicy, Policy
 from ..tasks.arms import DEFAULT_ARM, arm_spec
-
-MODELS_DIR = Path("runs/models")
+from ..trainer.model_cache import MODELS_DIR
 
 
 @dataclass(frozen=True)
@@ -69,13 +68,7 @@ def policy_from_spec(spec: str, *, arm: str = DEFAULT_ARM, hf: HFOptions = HFOpt
 
         target, name = hf_model_target(spec)
         model, tokenizer = load_model(target, cache_dir=MODELS_DIR.resolve())
-        sampling = SamplingConfig.from_options(
-            max_new_tokens=hf.max_new_tokens,
-            temperature=hf.temperature,
-            seed=hf.seed,
-            shield_k=hf.shield_k,
-            enumerate_candidates=hf.enumerate,
-        )
+        sampling = SamplingConfig.from_options(hf)
         return HFPolicy(model, tokenizer, mode=hf.mode, feedback=hf.feedback, sampling=sampling, name=name)
     raise ConfigError(f"unknown gate policy {spec!r}; use heuristic, selector:<dir> or hf:<name-or-path>")
 

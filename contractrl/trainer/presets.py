@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ConfigError
 from . import qwen_coder
 from .adapter_base import ADAPTER_CONFIG, BASE_FILE, is_adapter, read_base, weights_sha256
-from .model_cache import build_once
+from .model_cache import MODELS_DIR, build_once
 from .smollm2 import ensure_smollm2
 
 # model names that are built locally rather than read from a path or a hub
@@ -130,12 +130,12 @@ def build_tiny(out_dir: str | Path, config: TinyConfig = TinyConfig(), corpus: I
     return out
 
 
-def tiny_path(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/models") -> Path:
+def tiny_path(config: TinyConfig = TinyConfig(), cache_dir: str | Path = MODELS_DIR) -> Path:
     """Where the ``tiny`` preset of this size lives (built on first use)."""
     return Path(cache_dir).resolve() / f"tiny-h{config.hidden_size}-l{config.num_hidden_layers}-s{config.seed}"
 
 
-def ensure_tiny(config: TinyConfig = TinyConfig(), cache_dir: str | Path = "runs/models") -> Path:
+def ensure_tiny(config: TinyConfig = TinyConfig(), cache_dir: str | Path = MODELS_DIR) -> Path:
     """Build the ``tiny`` preset once per size."""
     return build_once(tiny_path(config, cache_dir), lambda scratch: build_tiny(scratch, config))
 
@@ -151,9 +151,10 @@ def load_model(
     """(model, tokenizer) for a preset (:data:`PRESETS`), ``hf:<name-or-path>`` or a local directory (a
     saved model, or a peft adapter written by ``contractrl train``, loaded on top of its base model).
 
-    Presets are built on first use under ``cache_dir`` (default ``runs/models``). A
-    hub name needs network access; on a machine without it, pass a local path. ``dtype`` ``auto`` is
-    bf16 on a GPU and fp32 on a CPU (whose products may still run in bf16: ``rollout/cpu.py``).
+    Presets are built on first use under ``cache_dir`` (default ``runs/models``,
+    :data:`.model_cache.MODELS_DIR`). A hub name needs network access; on a machine without it,
+    pass a local path. ``dtype`` ``auto`` is bf16 on a GPU and fp32 on a CPU (whose products may
+    still run in bf16: ``rollout/cpu.py``).
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -246,7 +247,7 @@ def _preset_dir(
     except TypeError as exc:
         raise ConfigError(f"{adapter_dir / BASE_FILE} has tiny sizes this version does not know: {exc}") from exc
     if not build:
-        cache = cache_dir or "runs/models"
+        cache = cache_dir or MODELS_DIR
         if name in BY_NAME:
             return preset_path(BY_NAME[name], cache)
         return tiny_path(sizes, cache) if name == "tiny" else smollm2_path(cache)
@@ -291,11 +292,11 @@ def _merged_adapter(path: Path, torch_dtype: Any, cache_dir: str | Path | None =
 def model_path(spec: str, *, cache_dir: str | Path | None = None, tiny: TinyConfig = TinyConfig()) -> Path | str:
     """The directory (or hub name) behind a model spec; builds a preset when it is missing."""
     if spec == "tiny":
-        return ensure_tiny(tiny, cache_dir or "runs/models")
+        return ensure_tiny(tiny, cache_dir or MODELS_DIR)
     if spec == "smollm2":
-        return ensure_smollm2(cache_dir or "runs/models")
+        return ensure_smollm2(cache_dir or MODELS_DIR)
     if spec in qwen_coder.PRESETS:
-        return qwen_coder.ensure_qwen_coder(spec, cache_dir or "runs/models")
+        return qwen_coder.ensure_qwen_coder(spec, cache_dir or MODELS_DIR)
     if spec.startswith("hf:"):
         return Path(spec[3:]) if Path(spec[3:]).exists() else spec[3:]
     if Path(spec).is_dir():

@@ -9,14 +9,19 @@ dispatches, repairs and refusals, and that the ledger holds one verified row per
     python benchmarks/bench_gate.py --calls 520 --threads 1,8 --json
 
 An untimed pass first compiles every schema (a per-process cache), so the runs compare alike.
-No model is loaded: the figures are the gate's own overhead (parsing, the episode, the
+By default no model is loaded: the figures are the gate's own overhead (parsing, the episode, the
 re-verification, the ledger) plus the heuristic, a floor under what a learned policy adds.
+``--policy hf:ADAPTER`` puts a model behind the gate (loaded once per run, outside the timing) and
+``--hf-threads`` sets its torch threads (``HFOptions.threads``; 0: torch's default):
+
+    python benchmarks/bench_gate.py --calls 3 --threads 1 --policy hf:runs/main_v6/train/adapter --hf-threads 0
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import threading
@@ -27,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from contractrl.gate import Dispatch, GateBudgets, RepairGate
+from contractrl.gate import Dispatch, GateBudgets, HFOptions, RepairGate
 from contractrl.rollout.ledger import read_ledger
 from contractrl.tasks.catalog import all_tools
 from contractrl.tasks.generate import CaseGenerator, GenerateConfig
@@ -42,21 +47,24 @@ def calls(n: int, seed: int) -> list[tuple[dict[str, Any], str]]:
     return out
 
 
-def gate(ledger: Path) -> RepairGate:
+def gate(ledger: Path, policy: str = "heuristic", hf: HFOptions | None = None) -> RepairGate:
     tools = [spec for spec in all_tools()]
     definitions = [{"name": t.name, "description": t.description, "inputSchema": t.schema} for t in tools]
     return RepairGate(
         definitions,
-        "heuristic",
+        policy,
         contracts={t.name: t.contract for t in tools},
         immutable={t.name: list(t.immutable) for t in tools},
         budgets=GateBudgets(max_attempts=2, max_ops=2),
         ledger=ledger,
+        hf=hf or HFOptions(),
     )
 
 
-def run(work: list[tuple[dict[str, Any], str]], threads: int, ledger: Path) -> dict[str, Any]:
-    g = gate(ledger)
+def run(
+    work: list[tuple[dict[str, Any], str]], threads: int, ledger: Path, policy: str = "heuristic", hf: HFOptions | None = None
+) -> dict[str, Any]:
+    g = gate(ledger, policy, hf)
     decisions: list[Any] = [None] * len(work)
 
     def worker(slot: int) -> None:
@@ -81,6 +89,7 @@ def run(work: list[tuple[dict[str, Any], str]], threads: int, ledger: Path) -> d
         "threads": threads,
         "calls": len(work),
         "decisions_per_s": round(len(work) / wall, 1),
+        "policy": policy,
         "latency_ms_mean": round(float(latency.mean()), 3),
         "latency_ms_p50": round(float(np.percentile(latency, 50)), 3),
         "latency_ms_p99": round(float(np.percentile(latency, 99)), 3),
@@ -95,6 +104,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=520)
     parser.add_argument("--threads", default="1,8")
     parser.add_argument("--seed", type=int, default=52)
+    parser.add_argument("--policy", default="heuristic", help="heuristic, selector:DIR or hf:MODEL")
+    parser.add_argument("--hf-threads", type=int, default=HFOptions().threads, help="torch threads of an hf: policy")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = calls(args.calls, args.seed)
@@ -102,8 +113,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run(work, 1, Path(tmp) / "warmup")  # schemas compile once per process: keep that out of every run
         for threads in (int(t) for t in args.threads.split(",")):  # repeat a count to see the noise
-            results.append(run(work, threads, Path(tmp) / f"run{len(results)}"))
-    report = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(), "runs": results}
+            results.append(run(work, threads, Path(tmp) / f"run{len(results)}", args.policy, HFOptions(threads=args.hf_threads)))
+    report = {
+        "machine": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "load": [round(x, 2) for x in os.getloadavg()],
+        "runs": results,
+    }
     print(json.dumps(report, indent=2) if args.json else "\n".join(json.dumps(r) for r in results))
 
 

@@ -81,10 +81,14 @@ class HarvestConfig:
         return Path(self.out) if self.out else cache_dir() / "bfcl-results" / self.model_name
 
 
-def system_prompt(entry: BfclEntry) -> str:
-    functions = [{"name": f.name, "description": f.description, "parameters": f.parameters} for f in entry.functions]
+def functions_prompt(functions: list[dict[str, Any]]) -> str:
+    """BFCL's system prompt for ``functions`` (``{name, description, parameters}`` each)."""
     tools = f"Here is a list of functions in json format that you can invoke.\n{json.dumps(functions, indent=4)}\n"
     return f"{_PERSONA}{_TASK}\n\n{_FORMAT}\n\n{_TURNS}\n\n{tools}"
+
+
+def system_prompt(entry: BfclEntry) -> str:
+    return functions_prompt([{"name": f.name, "description": f.description, "parameters": f.parameters} for f in entry.functions])
 
 
 def messages(entry: BfclEntry) -> list[dict[str, str]]:
@@ -104,10 +108,13 @@ def result_path(out: Path, model_name: str, category: str) -> Path:
     return out / "result" / model_name / group / f"BFCL_v4_{test_category}_result.json"
 
 
-def _answer(model: Any, tokenizer: Any, entries: list[BfclEntry], max_new_tokens: int) -> list[dict[str, Any]]:
+def greedy_replies(
+    model: Any, tokenizer: Any, chats: list[list[dict[str, str]]], max_new_tokens: int
+) -> list[tuple[str, int, int]]:
+    """Each chat's greedy answer as one left-padded batch: (text up to EOS, prompt tokens, answer tokens)."""
     import torch
 
-    prompts = [render_prompt(messages(e), tokenizer) for e in entries]
+    prompts = [render_prompt(chat, tokenizer) for chat in chats]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     with torch.no_grad(), compute_context(model):
         out = model.generate(
@@ -121,15 +128,20 @@ def _answer(model: Any, tokenizer: Any, entries: list[BfclEntry], max_new_tokens
             eos_token_id=tokenizer.eos_token_id,
         )
     width = enc["input_ids"].shape[1]
-    rows = []
-    for entry, row, prompt_tokens in zip(
-        entries, out[:, width:].tolist(), enc["attention_mask"].sum(dim=1).tolist(), strict=True
-    ):
+    replies = []
+    for row, prompt_tokens in zip(out[:, width:].tolist(), enc["attention_mask"].sum(dim=1).tolist(), strict=True):
         ids = row[: row.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in row else row
         ids = [i for i in ids if i != tokenizer.pad_token_id]
-        text = tokenizer.decode(ids, skip_special_tokens=True).strip()
-        rows.append({"id": entry.id, "result": text, "input_token_count": int(prompt_tokens), "output_token_count": len(ids)})
-    return rows
+        replies.append((tokenizer.decode(ids, skip_special_tokens=True).strip(), int(prompt_tokens), len(ids)))
+    return replies
+
+
+def _answer(model: Any, tokenizer: Any, entries: list[BfclEntry], max_new_tokens: int) -> list[dict[str, Any]]:
+    replies = greedy_replies(model, tokenizer, [messages(e) for e in entries], max_new_tokens)
+    return [
+        {"id": entry.id, "result": text, "input_token_count": prompt_tokens, "output_token_count": answer_tokens}
+        for entry, (text, prompt_tokens, answer_tokens) in zip(entries, replies, strict=True)
+    ]
 
 
 def harvest(config: HarvestConfig, progress: Any = None) -> dict[str, Any]:
@@ -160,4 +172,14 @@ def harvest(config: HarvestConfig, progress: Any = None) -> dict[str, Any]:
     return {"model": config.model, "out": str(out), "source": spec, "files": files}
 
 
-__all__ = ["HARVESTABLE", "NON_LIVE", "HarvestConfig", "harvest", "messages", "result_path", "system_prompt"]
+__all__ = [
+    "HARVESTABLE",
+    "NON_LIVE",
+    "HarvestConfig",
+    "functions_prompt",
+    "greedy_replies",
+    "harvest",
+    "messages",
+    "result_path",
+    "system_prompt",
+]

@@ -110,7 +110,7 @@ class RepairGate:
             "policy": self.policy_name,
             "arm": arm,
             "budgets": asdict(budgets),
-            "hf": asdict(hf) if self.policy_name.startswith("hf:") else None,
+            "hf": hf.config() if self.policy_name.startswith("hf:") else None,
         }
         self.ledger_dir = Path(ledger)
         self._open_ledger(shard_rows)

@@ -5,11 +5,20 @@
 the last with shielded decoding by default: K proposals and the enumerated candidates probed on
 the public contract before one is committed (rollout/shield.py), as ``--shield-k`` gives a rollout.
 The model is loaded in this process, once; a gate serialises calls into it.
+
+Threads: a gate decodes one call at a time, so every forward is a one-row product whose OpenMP
+parallel regions are short; with torch's default of one thread per core, on a machine whose cores
+are also busy (the executor, the agent, other jobs), each region waits on a descheduled sibling
+thread and spins. Measured on the 2-core development machine at load 6-11: one shielded SmolLM2
+decision took 35-144 s with two threads (21-42 CPU s, most of it spinning) and 2.8-9.4 s with one
+(2.6-2.9 CPU s); the 132-167 s first reported for the gate were this (docs/notebook/
+2026-12-06-gate-compare.md). So ``hf:`` policies decode on ``HFOptions.threads`` threads, one by
+default; 0 keeps torch's default for a machine the gate has to itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +41,9 @@ class HFOptions:
     mode: str = "same_information"
     feedback: str = "full"
     seed: int = 0
+    # torch threads for decoding (0: torch's default, one per core); a resource, not a result, so it
+    # stays out of the gate's configuration digest
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.shield_k < 0:
@@ -40,6 +52,12 @@ class HFOptions:
             raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.threads < 0:
+            raise ConfigError(f"threads must be >= 0 (0: torch's default), got {self.threads}")
+
+    def config(self) -> dict[str, Any]:
+        """What decides the policy's answers: every field but ``threads``."""
+        return {k: v for k, v in asdict(self).items() if k != "threads"}
 
 
 def hf_model_target(spec: str) -> tuple[str, str]:
@@ -66,6 +84,10 @@ def policy_from_spec(spec: str, *, arm: str = DEFAULT_ARM, hf: HFOptions = HFOpt
         from ..rollout.hf_policy import HFPolicy, SamplingConfig
         from ..trainer.presets import load_model
 
+        if hf.threads:
+            import torch
+
+            torch.set_num_threads(hf.threads)  # process-wide: see the module docstring
         target, name = hf_model_target(spec)
         model, tokenizer = load_model(target, cache_dir=MODELS_DIR.resolve())
         sampling = SamplingConfig.from_options(hf)

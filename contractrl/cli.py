@@ -234,6 +234,10 @@ def _policy_factory(options: PolicyOptions, cases_dir: str) -> Callable[[str], A
                     num_gpus=options.gpus_per_actor,
                 )
             )
+        if options.threads:
+            import torch
+
+            torch.set_num_threads(options.threads)  # process-wide; a policy actor takes its CPUs
         model, tokenizer = load()
         return lambda feedback: HFPolicy(model, tokenizer, mode=mode, feedback=feedback, sampling=sampling, name=preset)
     if spec.startswith("selector:"):
@@ -282,6 +286,7 @@ def _hf_policy_flags(parser: argparse.ArgumentParser, cls: type[PolicyOptions]) 
     )
     _option_flag(parser, cls, "policy_actors")
     _option_flag(parser, cls, "gpus_per_actor")
+    _option_flag(parser, cls, "threads")
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:

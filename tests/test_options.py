@@ -94,6 +94,7 @@ def test_options_are_refused_as_config_keys_are(capsys: pytest.CaptureFixture[st
         ("policy_actors=-2", "policy_actors must be >= 0, got -2"),
         ("gpus_per_actor=-0.25", "gpus_per_actor must be >= 0, got -0.25"),
         ("group=0", "group must be >= 1, got 0"),
+        ("threads=-1", "threads must be >= 0, got -1"),
     ],
 )
 def test_rollout_options_refuse_out_of_range_values(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,6 +163,24 @@ def test_a_rollout_can_name_its_policy_as_the_main_job_does(tmp_path: Path, caps
     assert set(episodes["system"]) == {"contractrl:smollm2/lora-r16@grpo"}
     assert main(["rollout", "--cases", str(cases), "--policy", "heuristic", "--out", "x", "--label", "policy=y"]) == 2
     assert "--policy-name NAME" in capsys.readouterr().err
+
+
+def test_threads_set_the_generating_process_torch_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--threads`` reaches torch before the model loads; 0 leaves torch's own count alone."""
+    import torch
+
+    from contractrl.cli import _policy_factory
+
+    monkeypatch.chdir(tmp_path)  # the tiny preset builds into ./runs/models
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        _policy_factory(RolloutOptions(policy="hf:tiny", threads=0), "")
+        assert torch.get_num_threads() == 2
+        _policy_factory(RolloutOptions(policy="hf:tiny", threads=1), "")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_overrides_may_follow_flags(capsys: pytest.CaptureFixture[str]) -> None:

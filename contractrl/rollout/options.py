@@ -51,6 +51,12 @@ class PolicyOptions:
         0, help="hf policies: generate on N Ray actors, each holding the model (0 = in this process)", ge=0
     )
     gpus_per_actor: float = setting(0.0, help="hf policies: GPUs per policy actor", ge=0)
+    threads: int = setting(
+        0,
+        help="hf policies in this process: torch threads (0 = torch's default, one per core). On cores other jobs "
+        "share, 1 is far faster: a thread waiting on a descheduled sibling spins (docs/rollouts.md)",
+        ge=0,
+    )
     progress: bool = setting(True, help="progress bars on stderr")
 
     def __post_init__(self) -> None:

@@ -2,8 +2,9 @@
 
 Every framework is driven by a scripted model (pydantic-ai's ``FunctionModel``, scripted
 AIMessages into a LangGraph ToolNode, the Agents SDK's ``ScriptedModel``; the examples, run here
-too, drive LangGraph with langchain-core's fake chat model) emitting the same three calls in turn: a valid one, one the heuristic repairs (a number sent as text, an enum member in the
-wrong case) and one it cannot (a day count written as a word). Each test checks what the tool
+too, drive LangGraph with langchain-core's fake chat model) emitting the same three calls in turn:
+a valid one, one the heuristic repairs (a number sent as text, an enum member in the wrong case)
+and one it cannot (a day count written as a word). Each test checks what the tool
 received, that a refused call never ran it, what the model was told, and that the ledger holds one
 row per call with the decision the framework acted on. A control per framework runs the same
 script without the gate, so the repaired call is known to be one the framework itself rejects.

@@ -30,7 +30,7 @@ from contractrl.errors import ConfigError, InputFileError
 from contractrl.gate import RepairGate, builtin_tool
 from contractrl.gate.batching import BatchingPolicy
 from contractrl.gate.options import AutoscalingOptions, ServeOptions
-from contractrl.gate.serve import absolute_paths, check_options, deployment_options
+from contractrl.gate.serve import absolute_paths, check_options, deployment_options, read_body
 from contractrl.gate.service import (
     GateService,
     RequestError,
@@ -289,6 +289,10 @@ def test_concurrent_calls_share_model_batches_and_each_gets_its_own_repair(tmp_p
     assert [d.call.arguments["days"] for d in decisions] == [i + 1 for i in range(n)]  # each its own answer
     assert sum(inner.batches) == n and max(inner.batches) > 1 and max(inner.batches) <= 8
     assert policy.batches == inner.batches
+    health = GateService(gate, replica="r0", flush_every_s=0).health().body  # what /healthz says of it
+    assert health["model_calls"] == len(inner.batches) and health["observations_per_model_call"] == round(
+        n / len(inner.batches), 2
+    )
     gate.close(freeze=True)
     rows = read_ledger(tmp_path / "ledger")
     assert len(rows) == n and {r["policy"] for r in rows} == {"hf:recording"}
@@ -411,6 +415,24 @@ def test_the_command_prints_its_config_with_flags_and_overrides(capsys: pytest.C
     assert printed["host"] == "127.0.0.1"  # loopback unless asked
     assert main(["serve", "port=99999", "--print-config"]) == 2
     assert "port must be in [1, 65535]" in capsys.readouterr().err
+
+
+def test_the_body_is_read_no_further_than_one_byte_past_the_limit() -> None:
+    class Streaming:
+        def __init__(self) -> None:
+            self.chunks_read = 0
+
+        async def stream(self) -> Any:
+            for _ in range(1000):
+                self.chunks_read += 1
+                yield b"x" * 10
+
+    request = Streaming()
+    body = asyncio.run(read_body(request, 25))
+    assert len(body) == 30 and request.chunks_read == 3  # the service then answers too_large
+    with pytest.raises(RequestError) as caught:
+        parse_repair_body(body, max_bytes=25)
+    assert caught.value.code == "too_large"
 
 
 # -- end to end on Ray ------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def deployment_options(options: ServeOptions) -> dict[str, Any]:
     }
 
 
-async def _bounded_body(request: Any, limit: int) -> bytes:
+async def read_body(request: Any, limit: int) -> bytes:
     """The body, read no further than one byte past ``limit`` (the service answers too_large)."""
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -98,7 +98,7 @@ def _deployment() -> Any:
             if routed is not None:
                 reply = routed
             else:
-                body = await _bounded_body(request, self.limit)
+                body = await read_body(request, self.limit)
                 reply = await (self._batch((method, path, body)) if self.batched else self.service.handle(method, path, body))
             return JSONResponse(reply.body, status_code=reply.status)
 
@@ -201,6 +201,7 @@ __all__ = [
     "attach",
     "check_options",
     "deployment_options",
+    "read_body",
     "serve_until_stopped",
     "shard_report",
     "start",

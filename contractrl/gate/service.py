@@ -264,8 +264,17 @@ class GateService:
                 "tools": sorted(gate.tools),
                 "decisions": gate.decisions,
                 "ledger": str(gate.ledger_dir),
+                **self._batching(),
             },
         )
+
+    def _batching(self) -> dict[str, Any]:
+        """How an ``hf:`` policy's calls were batched so far: model calls and observations per call."""
+        policy = self.gate.policy
+        if not isinstance(policy, BatchingPolicy):
+            return {}
+        sizes = list(policy.batches)
+        return {"model_calls": len(sizes), "observations_per_model_call": round(sum(sizes) / len(sizes), 2) if sizes else None}
 
     def repair(self, body: bytes | str) -> Reply:
         """``POST /repair``, in the calling thread."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import runpy
 import socket
 import tempfile
 import threading
@@ -46,15 +47,9 @@ from contractrl.tasks.cases import ABSTAIN
 from contractrl.validators import Verifier, load_contract
 
 EVENT = builtin_tool("create_event")
-VALID = {
-    "calendar_id": "cal_0a1b2c",
-    "title": "Design review",
-    "start": "2026-12-07T10:00:00Z",
-    "end": "2026-12-07T11:00:00Z",
-    "attendees": ["ana@example.com"],
-    "visibility": "private",
-}
-REPAIRABLE = {**VALID, "visibility": "Private", "reminder": {"minutes": "15", "method": "popup"}}
+# the quickstart's calls (examples/gate_quickstart.py): one valid, one the heuristic repairs
+QUICKSTART = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "gate_quickstart.py"))
+VALID, REPAIRABLE = QUICKSTART["VALID"], QUICKSTART["BROKEN"]
 UNREPAIRABLE = {k: v for k, v in VALID.items() if k != "calendar_id"}  # which calendar? nothing public says
 REQUEST = "Book the design review; remind me 15 minutes before by popup."
 
@@ -329,6 +324,26 @@ def test_an_unbatched_policy_keeps_the_gates_lock(tmp_path: Path) -> None:
     decisions = _threads(6, lambda i: gate.repair({"name": "forecast", "arguments": {"city": "Oslo", "days": "2"}}))
     assert {d.code for d in decisions} == {"abstain"} and policy.most == 1
     gate.close()
+
+
+def test_an_hf_policy_is_built_with_the_serve_options_and_batched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contractrl.gate import service as service_module
+
+    seen: dict[str, Any] = {}
+
+    def load(spec: str, *, arm: str, hf: Any) -> Recording:
+        seen.update(spec=spec, arm=arm, hf=hf)
+        return Recording()
+
+    monkeypatch.setattr(service_module, "policy_from_spec", load)
+    options = ServeOptions(policy="hf:some/adapter", shield_k=3, temperature=0.5, max_new_tokens=64, seed=7, max_batch_size=4)
+    gate = build_gate(options, tmp_path / "ledger")
+    assert isinstance(gate.policy, BatchingPolicy) and gate.policy.max_batch_size == 4 and gate.policy.name == "hf:some/adapter"
+    hf = seen["hf"]
+    assert (hf.shield_k, hf.temperature, hf.max_new_tokens, hf.seed, hf.feedback) == (3, 0.5, 64, 7, "full")
+    assert gate.config["hf"]["shield_k"] == 3 and gate.config["policy"] == "hf:some/adapter"  # in the shard's manifest
+    gate.close()
+    assert not isinstance(build_gate(ServeOptions(), tmp_path / "heuristic").policy, BatchingPolicy)
 
 
 def test_batching_options_are_checked() -> None:

@@ -16,6 +16,7 @@ Each replica chains its decisions into its own ledger directory under one root
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import threading
@@ -147,14 +148,8 @@ def build_gate(options: ServeOptions, ledger: str | Path) -> RepairGate:
     """The gate one replica serves, chaining into ``ledger``; an ``hf:`` policy is wrapped to batch
     concurrent calls (gate/batching.py), the others are called one at a time (they are cheap)."""
     definitions, contracts, immutable = load_tools(options.tools)
-    hf = HFOptions(
-        shield_k=options.shield_k,
-        enumerate=options.enumerate,
-        max_new_tokens=options.max_new_tokens,
-        temperature=options.temperature,
-        mode=options.mode,
-        seed=options.seed,
-    )
+    # the serve options' hf keys are HFOptions' fields of the same names (feedback keeps its default)
+    hf = HFOptions(**{f.name: getattr(options, f.name) for f in dataclasses.fields(HFOptions) if hasattr(options, f.name)})
     policy: Any = options.policy
     if options.batched:
         loaded = policy_from_spec(options.policy, arm=options.arm, hf=hf)

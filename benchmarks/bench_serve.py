@@ -151,7 +151,9 @@ def load(url: str, payloads: list[bytes], clients: int, budget_s: float, timeout
 def bench_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     hf = policy.startswith("hf:")
     name = policy.split(":", 1)[0]
+    # a replica finishes the calls in flight before it freezes its shard, however long they take
     base = {
+        "graceful_shutdown_timeout_s": args.timeout_s,
         "policy": policy,
         "ledger": str(root / f"ledger-{name}"),
         "port": free_port(),
@@ -178,7 +180,9 @@ def bench_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str,
     stopped = time.perf_counter()
     shards = serve.stop(options.ledger)
     stop_s = time.perf_counter() - stopped
-    rows = read_shards(options.ledger)  # frozen shards: every digest and chain verified
+    frozen = all(shard["ledger_sha256"] for shard in shards)
+    # frozen shards: every digest and chain verified; a shard whose replica was killed: its chain
+    rows = read_shards(options.ledger, require_frozen=frozen)
     decided = sum(level["decided"] for level in levels)
     return {
         "policy": policy,
@@ -192,6 +196,7 @@ def bench_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str,
         "decisions_answered": decided,
         "lost": sum(level["lost"] for level in levels),
         "rows_equal_decisions": len(rows) == decided,
+        "shards_frozen": frozen,
         "shards": shards,
     }
 
@@ -219,7 +224,7 @@ def main() -> None:
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-serve-"))
     root.mkdir(parents=True, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="crl-ray-", dir="/tmp")  # a Ray instance of this script's own
-    ray.init(num_cpus=args.ray_cpus, include_dashboard=False, _temp_dir=scratch, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.ray_cpus, include_dashboard=False, _temp_dir=scratch, log_to_driver=False)
     try:
         policies = [p for p in args.policies.split(",") if p]
         policies = [untrained_selector(root / "selector-untrained") if p == "selector:untrained" else p for p in policies]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import runpy
+import shutil
 import socket
 import tempfile
 import threading
@@ -480,7 +481,7 @@ def test_serve_end_to_end_on_a_local_ray_instance() -> None:
     if ray.is_initialized():  # pragma: no cover - another test's instance: never reuse it
         pytest.fail("Ray is already initialised in this process")
     scratch = Path(tempfile.mkdtemp(prefix="crl-serve-", dir="/tmp"))  # short: Ray's socket paths are bounded
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(scratch / "ray"), log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(scratch / "ray"), log_to_driver=False)
     try:
         port = _free_port()
         options = ServeOptions(ledger=str(scratch / "ledger"), port=port, replica_cpus=0.5, flush_every_s=1.0)
@@ -516,11 +517,18 @@ def test_serve_end_to_end_on_a_local_ray_instance() -> None:
             "no name": (400, "bad_call"),
         }
         assert _http(url + "/nowhere")[0] == 404
+        burst = _threads(16, lambda i: _http(url + "/repair", sent["repairable" if i % 2 else "valid"]))
+        assert all(status == 200 and "dispatch" in body for status, body in burst)
         shards = serve.stop(options.ledger)
     finally:
         ray.shutdown()
-    assert len(shards) == 1 and shards[0]["ledger_sha256"] and shards[0]["rows"] == len(sent)
-    rows = read_shards(scratch / "ledger")  # frozen: every file digest, the chain and the head verified
-    assert len(rows) == len(sent)
-    assert [r["row_hash"] for r in rows] == [body["row_hash"] for _, body in replies.values()]
-    assert [r["code"] for r in rows] == ["accepted", "accepted", "abstain", "unknown_tool", "duplicate_key"]
+    try:
+        decided = len(sent) + len(burst)
+        assert len(shards) == 1 and shards[0]["ledger_sha256"] and shards[0]["rows"] == decided
+        rows = read_shards(scratch / "ledger")  # frozen: every file digest, the chain and the head verified
+        assert len(rows) == decided
+        assert [r["row_hash"] for r in rows[: len(sent)]] == [body["row_hash"] for _, body in replies.values()]
+        assert [r["code"] for r in rows[: len(sent)]] == ["accepted", "accepted", "abstain", "unknown_tool", "duplicate_key"]
+        assert sorted(r["row_hash"] for r in rows[len(sent) :]) == sorted(body["row_hash"] for _, body in burst)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -28,6 +28,7 @@ from .tools import parse_tools
 
 APP_NAME = "contractrl-gate"
 DEPLOYMENT_NAME = "RepairGate"
+CONCURRENT_BATCHES = 8  # request batches one replica decides at once (Ray Serve fixes it when the class is built)
 
 
 def absolute_paths(options: ServeOptions) -> ServeOptions:
@@ -102,7 +103,9 @@ def _deployment() -> Any:
                 reply = await (self._batch((method, path, body)) if self.batched else self.service.handle(method, path, body))
             return JSONResponse(reply.body, status_code=reply.status)
 
-        @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
+        # several batches in flight: a batch whose slowest call is on its second attempt must not
+        # hold the next requests back; their model calls still meet in the policy's batcher
+        @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01, max_concurrent_batches=CONCURRENT_BATCHES)
         async def _batch(self, requests: list[tuple[str, str, bytes]]) -> list[Any]:
             return await self.service.handle_many(requests)
 

@@ -172,17 +172,21 @@ def serve_until_stopped(options: ServeOptions, on_ready: Callable[[dict[str, Any
 
     started_ray = not ray.is_initialized() and not (options.ray_address or os.environ.get("RAY_ADDRESS"))
     done = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    check_options(options)  # before Ray starts
     try:
-        on_ready(start(options))
+        attach(options)
+        # after Ray starts: ray.init installs a SIGTERM handler of its own that ends the process at once
+        previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
         try:
+            on_ready(start(options))
             while not done.wait(1.0):
                 pass
         except KeyboardInterrupt:
             pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         return stop(absolute_paths(options).ledger)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         if started_ray and ray.is_initialized():
             ray.shutdown()
 

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import tempfile
 import threading
@@ -231,6 +232,7 @@ def main() -> None:
         results = [bench_policy(policy, args, root) for policy in policies]
     finally:
         ray.shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (loadavg {os.getloadavg()[0]:.1f} at the end)",

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import runpy
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -531,4 +535,39 @@ def test_serve_end_to_end_on_a_local_ray_instance() -> None:
         assert [r["code"] for r in rows[: len(sent)]] == ["accepted", "accepted", "abstain", "unknown_tool", "duplicate_key"]
         assert sorted(r["row_hash"] for r in rows[len(sent) :]) == sorted(body["row_hash"] for _, body in burst)
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_the_command_stops_on_sigterm_and_freezes_its_shard() -> None:
+    """``contractrl serve`` as a user runs it, in a process of its own with a Ray instance of its
+    own (its own temp dir): two calls, SIGTERM to the process, exit 0, and the shard report it
+    prints names one frozen shard holding both rows."""
+    scratch = Path(tempfile.mkdtemp(prefix="crl-cli-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_TMPDIR=str(scratch), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    port, ledger = _free_port(), scratch / "ledger"
+    command = [sys.executable, "-m", "contractrl", "serve", "--port", str(port), "--ledger", str(ledger), "replica_cpus=0.5"]
+    err = scratch / "stderr"
+    with err.open("w") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "Ctrl-C stops it" not in err.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert process.poll() is None, err.read_text()[-2000:]
+        replies = [
+            _http(f"http://127.0.0.1:{port}/repair", _body({"name": "create_event", "arguments": VALID})) for _ in range(2)
+        ]
+        assert all(status == 200 and "dispatch" in body for status, body in replies)
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, err.read_text()[-2000:]
+        (shard,) = json.loads(out)["shards"]
+        assert shard["rows"] == 2 and shard["ledger_sha256"]
+        assert [r["row_hash"] for r in read_shards(ledger)] == [body["row_hash"] for _, body in replies]
+    finally:
+        if process.poll() is None:  # only the process this test started
+            process.kill()
+            process.wait()
         shutil.rmtree(scratch, ignore_errors=True)

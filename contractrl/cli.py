@@ -24,6 +24,7 @@ from . import __version__
 from .analysis.options import ReportOptions
 from .errors import ConfigError, ContractRLError
 from .experiments.options import STUDIES, StudyOptions
+from .gate.options import ServeOptions
 from .io import read_bytes, read_json_file
 from .rollout.options import PolicyOptions, RolloutOptions, require
 from .rollout.prompts import FEEDBACK, MODES
@@ -333,6 +334,23 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             ray_pool.shutdown()
         _shutdown_policies(factory)
     _emit({"run_dir": str(options.out), "ledger_sha256": digest, "episodes": episodes})
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The gate behind an HTTP JSON API on Ray Serve until Ctrl-C or SIGTERM; then each replica
+    freezes its ledger shard and the shards are printed (docs/gate.md, Serving)."""
+    options = _options(ServeOptions, args)
+    if options is None:
+        return EXIT_OK
+    from .gate.serve import serve_until_stopped
+
+    def ready(info: dict[str, Any]) -> None:
+        print(f"contractrl serve: {info['repair']} ({info['policy']}); Ctrl-C stops it", file=sys.stderr, flush=True)
+
+    with _library_output_to_stderr():
+        shards = serve_until_stopped(options, ready)
+    _emit({"ledger": str(Path(options.ledger).resolve()), "shards": shards})
     return EXIT_OK
 
 
@@ -812,6 +830,14 @@ def build_parser() -> argparse.ArgumentParser:
         rollout, "a YAML file of rollout options (as --print-config shows), applied before flags and overrides", "group=4"
     )
     rollout.set_defaults(func=cmd_rollout)
+
+    serve = sub.add_parser("serve", help="the repair gate as an HTTP JSON API on Ray Serve (POST /repair, GET /healthz)")
+    for name in ("tools", "policy", "ledger", "host", "port", "num_replicas"):
+        _option_flag(serve, ServeOptions, name)
+    _config_flags(
+        serve, "a YAML file of serve options (as --print-config shows), applied before flags and overrides", "port=8001"
+    )
+    serve.set_defaults(func=cmd_serve)
 
     study = sub.add_parser("study", help="the runs of one study table: feedback, noise, budget, horizon or transfer")
     study.add_argument("set:study", nargs="?", default=argparse.SUPPRESS, metavar="STUDY", help=" | ".join(STUDIES))

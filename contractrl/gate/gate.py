@@ -9,7 +9,8 @@ policy was trained and evaluated under. Around the episode the gate adds what se
   verifier becomes a typed :class:`Refusal`, never a dispatch;
 - a ledger: each decision is one hash-chained row in the rollout ledger format
   (rollout/ledger.py), its latency in the unchained timing file;
-- threads: the policy is called under one lock (a model is not re-entrant) and rows are chained
+- threads: the policy is called under one lock (a model is not re-entrant) unless it declares
+  itself ``thread_safe`` (gate/batching.py, which batches concurrent calls), and rows are chained
   under another; everything else is per call;
 - a token budget beside the attempt and operation budgets: no decision is generated once the
   policy has spent ``max_tokens`` on this call.
@@ -18,6 +19,7 @@ policy was trained and evaluated under. Around the episode the gate adds what se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -115,7 +117,8 @@ class RepairGate:
         self.ledger_dir = Path(ledger)
         self._open_ledger(shard_rows)
         self._sequence = itertools.count(self._writer.count)
-        self._policy_lock = threading.Lock()
+        thread_safe = getattr(self.policy, "thread_safe", False) is True
+        self._policy_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext() if thread_safe else threading.Lock()
         self._ledger_lock = threading.Lock()
         self._closed = False
 

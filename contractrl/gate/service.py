@@ -29,13 +29,13 @@ from typing import Any
 from ..errors import ConfigError, ContractRLError
 from ..io import read_json_file
 from ..rollout.ledger import LedgerFrozenError, read_ledger, read_manifest
-from ..tasks.catalog import all_tools
 from ..validators import ParseLimits, parse_json_text
 from .batching import BatchingPolicy
 from .decision import Decision, Dispatch
 from .gate import GateBudgets, RepairGate
 from .options import ServeOptions
 from .policy import HFOptions, policy_from_spec
+from .tools import builtin_tools
 
 _LOG = logging.getLogger(__name__)
 REPAIR_PATH, HEALTH_PATH = "/repair", "/healthz"
@@ -123,14 +123,7 @@ def load_tools(path: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     The file holds a list of OpenAI/MCP definitions, a ``{name: JSON Schema}`` mapping, or
     ``{"tools": [...], "contracts": {...}, "immutable": {...}}`` (gate/tools.py reads each)."""
     if not path:
-        definitions, contracts, immutable = [], {}, {}
-        for spec in all_tools():
-            definitions.append(
-                {"type": "function", "function": {"name": spec.name, "description": spec.description, "parameters": spec.schema}}
-            )
-            contracts[spec.name] = spec.contract
-            immutable[spec.name] = list(spec.immutable)
-        return definitions, contracts, immutable
+        return builtin_tools()
     document = read_json_file(path, "tools")
     if (
         isinstance(document, dict)

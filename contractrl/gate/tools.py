@@ -112,12 +112,24 @@ def builtin_tool(name: str) -> dict[str, Any]:
     "contract": ..., "immutable": [...]}`` (the quickstart's way to a real tool without writing one)."""
     for spec in all_tools():
         if spec.name == name:
-            definition = {
-                "type": "function",
-                "function": {"name": spec.name, "description": spec.description, "parameters": spec.schema},
-            }
-            return {"definition": definition, "contract": spec.contract, "immutable": list(spec.immutable)}
+            return _as_gate_tool(spec)
     raise ConfigError(f"no built-in tool named {name!r}")
 
 
-__all__ = ["GateTool", "builtin_tool", "parse_tools"]
+def builtin_tools() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, list[str]]]:
+    """The whole catalog as ``(definitions, contracts, immutable)``, the arguments of a gate."""
+    definitions, contracts, immutable = [], {}, {}
+    for spec in all_tools():
+        tool = _as_gate_tool(spec)
+        definitions.append(tool["definition"])
+        contracts[spec.name] = tool["contract"]
+        immutable[spec.name] = tool["immutable"]
+    return definitions, contracts, immutable
+
+
+def _as_gate_tool(spec: Any) -> dict[str, Any]:
+    definition = {"type": "function", "function": {"name": spec.name, "description": spec.description, "parameters": spec.schema}}
+    return {"definition": definition, "contract": spec.contract, "immutable": list(spec.immutable)}
+
+
+__all__ = ["GateTool", "builtin_tool", "builtin_tools", "parse_tools"]

@@ -646,6 +646,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .trainer.tune import (
         SweepInterrupted,
         check_capacity,
+        check_inputs,
         load_saved_sweep,
         load_sweep,
         local_capacity,
@@ -670,6 +671,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # a cluster's size is known once connected; locally the machine's is what Ray will see
         if not os.environ.get("RAY_ADDRESS"):
             check_capacity(sweep, base, local_capacity())
+        check_inputs(sweep, base)
         _emit({"name": sweep.name, "trials": sweep_trials(sweep), "search": sweep.search})
         return EXIT_OK
     try:

@@ -34,6 +34,10 @@ def test_defaults_are_the_main_jobs_training() -> None:
     assert set(MAIN_JOB) == {"train"}  # the budget changes touch training only
     tiny = load_config(TrainConfig, ROOT / "tune_configs" / "tiny.yaml")
     assert tiny.model.name == "tiny" and not tiny.model.lora.enabled
+    # the main job's training as a file (the base of sweeps over the real model) is the same config
+    as_file = to_dict(load_config(TrainConfig, ROOT / "tune_configs" / "main.yaml"))
+    as_file.pop("out"), as_file.pop("resume")
+    assert as_file == main_job
 
 
 def test_a_partial_section_keeps_the_fields_own_defaults(tmp_path: Path) -> None:

@@ -73,6 +73,12 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
         assert (out / "report" / "tables" / f"{name}.parquet").is_file()
     assert all((out / "report" / "plots" / f"{name}.png").is_file() for name in PLOTS)
     assert len(pd.read_parquet(out / "report" / "tables" / "paired.parquet")) > 0
+    # the scaling table reads each evaluated training run's cost: steps through the stage, their time, peak memory
+    scaling = pd.read_parquet(out / "report" / "tables" / "scaling.parquet").set_index(["stage", "arm"])
+    assert dict(scaling["steps"].dropna()) == {("sft", "patch_sft"): 20, ("grpo", "contractrl"): 22, ("sft", "full_regen"): 10}
+    trained = scaling.loc[[("sft", "patch_sft"), ("grpo", "contractrl"), ("sft", "full_regen")]]
+    assert (trained["train_s"] > 0).all() and (trained["peak_rss_gb"] > 0.1).all() and (trained["params"] > 10_000).all()
+    assert (out / "report" / "tables" / "scaling.md").read_text().count("tiny-h64-l2") >= 3
 
     # run again: every finished step is kept (same digests), the report is rebuilt (in process this time)
     again = _run(out, "report.workers=0")

@@ -37,11 +37,59 @@ from contractrl.trainer.tune_trials import DONE_KEY
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["scaling", "budget", "reward_weights", "lora_rank"])
+@pytest.mark.parametrize("name", ["budget", "reward_weights", "lora_rank"])
 def test_shipped_sweeps_validate(name: str) -> None:
     sweep, base = load_sweep(ROOT / "tune_configs" / f"{name}.yaml")
     assert sweep_trials(sweep) >= 4
     assert base["model"]["name"] == "tiny"
+
+
+def test_the_scaling_sweep_crosses_every_rung_of_the_model_ladder_with_ranks() -> None:
+    """Model size for real: the three pretrained presets (never ``tiny``), each with the main job's
+    training, evaluated on one held-out case set; the 2-core size keeps every rung at one rank."""
+    from contractrl.trainer.presets import PRESETS
+
+    sweep, base = load_sweep(ROOT / "tune_configs" / "scaling.yaml")
+    names = [entry["name"] for entry in sweep.search["model"]["grid"]]
+    assert names == ["smollm2", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] and set(names) <= set(PRESETS)
+    assert sweep_trials(sweep) == 9 and len(sweep.search["model.lora.r"]["grid"]) == 3
+    assert Path(base["data"]["eval_dir"]).is_absolute()  # a trial runs in another working directory
+    local, local_base = load_sweep(ROOT / "tune_configs" / "scaling.yaml", local=True)
+    assert sweep_trials(local) == 3 and local_base["data"]["eval_dir"] == base["data"]["eval_dir"]
+    # every rung trains as the main job does, apart from what the sweep file names
+    from contractrl.configtree import from_dict, to_dict
+
+    def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {prefix + key: value})
+        return out
+
+    trial, main_job = (
+        flat(to_dict(from_dict(TrainConfig, base))),
+        flat(to_dict(load_config(TrainConfig, ROOT / "tune_configs" / "main.yaml"))),
+    )
+    changed = {key for key in trial if trial[key] != main_job[key]}
+    assert changed == {"stages", "data.eval_dir", "sft.micro_batch_size", "wandb.mode", "model.cache_dir"}
+
+
+def test_a_missing_held_out_case_set_is_refused_before_any_trial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from contractrl.tasks.generate import GenerateConfig, generate_cases
+    from contractrl.tasks.store import write_case_set
+    from contractrl.trainer.tune import check_inputs
+
+    (tmp_path / "base.yaml").write_text("model: {name: tiny}\nresources: {num_workers: 0}\n")
+    (tmp_path / "sweep.yaml").write_text(
+        f"base: base.yaml\noverrides: {{data.eval_dir: {tmp_path / 'held'}}}\nsearch:\n  seed: {{grid: [0, 1]}}\n"
+    )
+    sweep, base = load_sweep(tmp_path / "sweep.yaml")
+    with pytest.raises(ConfigError, match=r"data.eval_dir .*held is not a case set \(no manifest.json\); make it first"):
+        check_inputs(sweep, base)
+    assert main(["tune", "--config", str(tmp_path / "sweep.yaml"), "--dry-run"]) == 2
+    assert "is not a case set" in capsys.readouterr().err
+    config = GenerateConfig(seed=9, n=2, source="builtin", families=("wrong_type",))
+    write_case_set(generate_cases(config), tmp_path / "held", config.to_dict())
+    check_inputs(sweep, base)
 
 
 def test_bad_sweeps_fail_before_launch(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ContractRLError
-from .report import BUILT_IN
 from .stats import mcnemar_exact, paired_bootstrap
+from .systems import BUILT_IN
 
 SYSTEMS: tuple[str, ...] = ("heuristic", "selector", "full_regen", "constrained", "patch_sft", "contractrl")
 SLICES: tuple[str, ...] = ("builtin_paraphrase", "bfcl_nonlive", "bfcl_live", "natural")

@@ -178,21 +178,41 @@ def coverage_risk(tables: dict[str, Table]) -> Figure | None:
 
 
 def scaling(tables: dict[str, Table]) -> Figure | None:
+    """Success with its interval against model size, and what each size costs: decision time and
+    training time on a log scale (x: stored parameters, or the model's order when unknown)."""
     frame = tables["scaling"].frame
     if frame.empty:
         return None
-    fig, (ax,) = _panels("Semantic success by model (mean of families)", [""])
-    per_model = frame.groupby(["model", "stage"], as_index=False)["semantic_success_mean"].mean()
-    models = sorted(set(per_model["model"]))
-    for stage, rows in per_model.groupby("stage"):
-        xs = [models.index(m) for m in rows["model"]]
-        ax.plot(xs, rows["semantic_success_mean"], marker="o", label=f"after {stage}" if stage else "untrained")
-    ax.set_xticks(range(len(models)), models, rotation=20, fontsize=7)
-    ax.set_xlim(-0.5, len(models) - 0.5)
-    ax.set_xlabel("model", fontsize=8)
-    ax.set_ylabel("semantic success rate", fontsize=8)
-    ax.set_ylim(*_SHARE)
-    _legend_outside(fig, [ax])
+    plt = _pyplot()  # not _panels: the two panels share x but not y (a rate and seconds)
+    fig, (success_ax, cost_ax) = plt.subplots(1, 2, figsize=(_PANEL[0] * 2, _PANEL[1]), dpi=110, sharex=True)
+    fig.suptitle("Model size: semantic success and cost", fontsize=11, y=1.04)
+    for ax, name in ((success_ax, "semantic success"), (cost_ax, "seconds")):
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    known = frame["params"].notna().all()
+    models = list(frame.sort_values(["params", "model"])["model"].drop_duplicates())
+    for (stage, arm), rows in frame.groupby(["stage", "arm"]):
+        rows = rows.sort_values(["params", "model"])
+        xs = rows["params"].astype(float) if known else rows["model"].map(models.index)
+        label = f"{arm} after {stage}" if stage else arm
+        low = rows["semantic_success_mean"] - rows["semantic_success_ci_low"]
+        high = rows["semantic_success_ci_high"] - rows["semantic_success_mean"]
+        success_ax.errorbar(xs, rows["semantic_success_mean"], yerr=[low, high], marker="o", capsize=3, label=label)
+        cost_ax.plot(xs, rows["latency_s_p95"], marker="o", label=f"{label}: p95 episode")
+        if rows["train_s"].notna().any():
+            cost_ax.plot(xs, rows["train_s"], marker="s", linestyle="--", label=f"{label}: training")
+    for ax in (success_ax, cost_ax):
+        if known:
+            ax.set_xscale("log")
+            ax.set_xlabel("parameters (stored)", fontsize=8)
+        else:
+            ax.set_xticks(range(len(models)), models, rotation=20, fontsize=7)
+            ax.set_xlabel("model", fontsize=8)
+    success_ax.set_ylabel("semantic success rate (95% interval)", fontsize=8)
+    success_ax.set_ylim(*_SHARE)
+    cost_ax.set_yscale("log")
+    cost_ax.set_ylabel("seconds", fontsize=8)
+    _legend_outside(fig, [success_ax, cost_ax])
     return fig
 
 
@@ -236,7 +256,11 @@ _DRAW: dict[str, tuple[str, str, Callable[[dict[str, Table]], Figure | None]]] =
         "contractrl rollout --cases DIR --policy hf:MODEL --out RUN (a model policy records log-probabilities)",
         coverage_risk,
     ),
-    "scaling": ("Semantic success by model", "contractrl tune --config tune_configs/scaling.yaml", scaling),
+    "scaling": (
+        "Model size: semantic success and cost",
+        "contractrl tune --config tune_configs/scaling.yaml, then contractrl report over its runs/",
+        scaling,
+    ),
     "horizon_decay": (
         "Trajectory success against horizon",
         "contractrl study horizon --cases DIR --policy POLICY --out STUDY",

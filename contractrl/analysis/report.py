@@ -33,7 +33,8 @@ from ..trainer.checkpoint import GRPO_BATCHES
 from .dictionary import describe, typed, write_parquet
 from .join import join_groups, read_episodes
 from .plots import Plot, write_plots
-from .systems import with_system
+from .scaling import scaling, training_costs
+from .systems import BUILT_IN, with_system
 from .tables import DEFAULT_THRESHOLDS, Table, build_tables, p95
 
 EPISODES_FILE = "episodes.parquet"
@@ -116,7 +117,8 @@ def build_report(
     episodes = read_episodes(dataset)
     write_parquet(episodes, out_dir / EPISODES_FILE)
 
-    tables = build_tables(episodes, thresholds)
+    # the scaling table also reads what each evaluated training run spent (its metrics and model)
+    tables = [*build_tables(episodes, thresholds), scaling(episodes, training_costs([r for _, rs, _ in found for r in rs], base))]
     table_dir = out_dir / "tables"
     shutil.rmtree(table_dir, ignore_errors=True)
     table_dir.mkdir()
@@ -148,9 +150,6 @@ def job_directory(found: Sequence[tuple[Path, Sequence[Path]]]) -> Path:
 def _systems(episodes: pd.DataFrame) -> pd.DataFrame:
     """The episodes with their ``system`` (read_episodes adds it; a hand-made frame may lack it)."""
     return episodes if "system" in episodes.columns else with_system(episodes)
-
-
-BUILT_IN = "built-in"
 
 
 def slices(episodes: pd.DataFrame) -> pd.Series:

@@ -14,6 +14,8 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
+# the slice of the main study's own cases (report overview, headline table)
+BUILT_IN = "built-in"
 # what makes one episode of a system: two runs of a system that share one of these are two systems
 _EPISODE_UNIT = ("study", "condition", "mode", "case_id", "seed", "sample", "trajectory", "step")
 
@@ -67,4 +69,4 @@ def run_names(runs: Sequence[str]) -> dict[str, str]:
     return {run: "/".join(p[head : len(p) - tail]) or run for run, p in zip(runs, parts, strict=True)}
 
 
-__all__ = ["policy_label", "run_names", "with_system"]
+__all__ = ["BUILT_IN", "policy_label", "run_names", "with_system"]

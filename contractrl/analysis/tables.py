@@ -559,18 +559,6 @@ def paired(frame: pd.DataFrame, *, resamples: int = 2000, seed: int = 0) -> Tabl
     )
 
 
-def scaling(frame: pd.DataFrame) -> Table:
-    rows = _study(frame, "main")
-    rows = rows[rows["model"].fillna("") != ""]
-    metrics = [("semantic_success", "mean"), ("generated_tokens", "mean"), ("latency_s", "p95"), ("collateral", "mean")]
-    return Table(
-        "scaling",
-        "Tables 25-26",
-        "Model size and stage",
-        summarize(rows, ("case_family", "model", "stage", "arm", "system"), metrics),
-    )
-
-
 TABLES: dict[str, Callable[[pd.DataFrame], Table]] = {
     "same_information": same_information,
     "case_matched": case_matched_comparison,
@@ -586,8 +574,7 @@ TABLES: dict[str, Callable[[pd.DataFrame], Table]] = {
     "transfer": transfer,
     "calibration": calibration,
     "paired": paired,
-    "scaling": scaling,
-}
+}  # and last, the scaling table, which also reads the training runs (scaling.py; report.build_report)
 
 
 def build_tables(frame: pd.DataFrame, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> list[Table]:

@@ -83,6 +83,14 @@ def resident_bytes() -> int:
         return 0
 
 
+def peak_resident_bytes() -> int:
+    """The most this process has held resident since it started (``ru_maxrss``, KiB on Linux): what
+    a machine must have for the run, which ``resident_bytes`` after a trim understates."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def release_memory(above: float = 0.25) -> bool:
     """Give the heap's free pages back to the OS (glibc ``malloc_trim``) once this process holds more
     than ``above`` of the machine's memory (0 trims always); True when it trimmed."""
@@ -95,4 +103,4 @@ def release_memory(above: float = 0.25) -> bool:
     return True
 
 
-__all__ = ["compute_context", "cpu_bf16_native", "product_dtype", "release_memory", "resident_bytes"]
+__all__ = ["compute_context", "cpu_bf16_native", "peak_resident_bytes", "product_dtype", "release_memory", "resident_bytes"]

@@ -132,6 +132,11 @@ class DataConfig:
         "split only, so held-out cases still come from data.source alone; held-out categories (bfcl:live_*) refused",
     )
     eval_cases: int = setting(52, help="held-out cases, disjoint from training by the split audit (4 per family)", ge=0)
+    eval_dir: str = setting(
+        "",
+        help="held-out cases from a case directory (contractrl cases generate, e.g. a headline slice) instead of "
+        "eval_cases drawn from data.source; refused if any shares a fingerprint with the training set",
+    )
     families: tuple[str, ...] = setting(
         CORRUPTION_FAMILIES, help="corruption families to draw cases from (those the source can host)"
     )

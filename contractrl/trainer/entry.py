@@ -33,6 +33,7 @@ from ..tasks.generate import GenerateConfig, generate_cases
 from ..tasks.offline import read_cases
 from ..tasks.sources import source_families
 from ..tasks.store import MANIFEST_FILE, write_case_set
+from ..tasks.store import read_manifest as read_case_manifest
 from ..validators.jsonvalue import sha256_json
 from .config import DataConfig, TrainConfig, mix_entry, mix_style
 from .experimental import ExperimentalConfig
@@ -72,7 +73,10 @@ def run_identity(config: TrainConfig) -> dict[str, Any]:
 def absolute(config: TrainConfig) -> TrainConfig:
     """Paths made absolute on the driver: Ray actors run in other working directories."""
     model = dataclasses.replace(config.model, cache_dir=str(Path(config.model.cache_dir).resolve()))
-    return dataclasses.replace(config, out=str(Path(config.out).resolve()), model=model)
+    data = config.data
+    if data.eval_dir:
+        data = dataclasses.replace(data, eval_dir=str(Path(data.eval_dir).resolve()))
+    return dataclasses.replace(config, out=str(Path(config.out).resolve()), model=model, data=data)
 
 
 def prepare_cases(data: DataConfig, out: Path, experimental: ExperimentalConfig | None = None) -> tuple[list[Case], list[Case]]:
@@ -103,15 +107,34 @@ def prepare_cases(data: DataConfig, out: Path, experimental: ExperimentalConfig 
         train.extend(generate_cases(config))
     extra_train = {"mix": [config.to_dict() for config in mixed]} if mixed else None
     write_case_set(train, train_dir, train_config.to_dict(), extra_train)
-    if data.eval_cases == 0:
-        return train, []
-    eval_config = GenerateConfig(seed=derived_seed(data.seed, "eval"), n=data.eval_cases, **common)
     index = OverlapIndex(train, disjoint)
-    held_out = generate_cases(eval_config, reject=index.collides)
+    if data.eval_dir:
+        held_out, eval_generation = given_held_out(Path(data.eval_dir), index)
+    elif data.eval_cases == 0:
+        return train, []
+    else:
+        eval_config = GenerateConfig(seed=derived_seed(data.seed, "eval"), n=data.eval_cases, **common)
+        held_out, eval_generation = generate_cases(eval_config, reject=index.collides), eval_config.to_dict()
     rows = audit(train, held_out, disjoint)
     extra = {"audit": [r.to_dict() for r in rows], "disjoint_from": str(train_dir), "disjoint_units": list(disjoint)}
-    write_case_set(held_out, eval_dir, eval_config.to_dict(), extra)
+    write_case_set(held_out, eval_dir, eval_generation, extra)
     return train, held_out
+
+
+def given_held_out(case_dir: Path, train: OverlapIndex) -> tuple[list[Case], dict[str, Any]]:
+    """``data.eval_dir``'s cases and the generation config its manifest records (with where they
+    came from), refused when one shares a fingerprint with the training set: a held-out figure
+    over cases the policy trained on would measure recall."""
+    manifest = read_case_manifest(case_dir)
+    cases = read_cases(case_dir)
+    seen = [c.public.case_id for c in cases if train.collides(c)]
+    if seen:
+        raise ConfigError(
+            f"data.eval_dir {case_dir}: {len(seen)} of {len(cases)} cases share a fingerprint with the training set "
+            f"on {', '.join(train.disjoint)} (e.g. {seen[0]}); choose a disjoint case set or another data.seed"
+        )
+    origin = {"from_dir": str(case_dir.resolve()), "from_config_sha256": manifest.get("config_sha256")}
+    return cases, {**manifest.get("config", {}), **origin}
 
 
 def mixed_config(data: DataConfig, entry: str, common: dict[str, Any]) -> GenerateConfig:
@@ -257,4 +280,4 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     return result
 
 
-__all__ = ["absolute", "finished_run", "grpo_contrasts", "prepare_cases", "run_identity", "train"]
+__all__ = ["absolute", "finished_run", "given_held_out", "grpo_contrasts", "prepare_cases", "run_identity", "train"]

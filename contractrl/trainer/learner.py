@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar, get_args
 
 from ..errors import ConfigError
-from ..rollout.cpu import compute_context, product_dtype, release_memory
+from ..rollout.cpu import compute_context, peak_resident_bytes, product_dtype, release_memory
 from ..rollout.hf_policy import HFPolicy, SamplingConfig
 from ..rollout.policies import Generation, Observation
 from .adapter_base import describe_base, write_base
@@ -244,7 +244,14 @@ class Learner:
             tokens += float(mask[: len(chunk)].sum())
         grad_norm = engine.step()
         release_memory()  # activations differ in size every step; see rollout/cpu.py
-        return {"loss_sum": total, "rank_loss_sum": rank_sum, "tokens": tokens, "grad_norm": grad_norm, "lr": engine.lr()}
+        return {
+            "loss_sum": total,
+            "rank_loss_sum": rank_sum,
+            "tokens": tokens,
+            "grad_norm": grad_norm,
+            "lr": engine.lr(),
+            "peak_rss_bytes": float(peak_resident_bytes()),
+        }
 
     def grpo_step(self, samples: Sequence[PolicySample], token_denominator: float) -> dict[str, float]:
         """One optimizer step of the clipped group-relative objective over ``samples``."""
@@ -285,6 +292,7 @@ class Learner:
         sums["grad_norm"] = engine.step()
         sums["lr"] = engine.lr()
         release_memory()
+        sums["peak_rss_bytes"] = float(peak_resident_bytes())
         return sums
 
     def _reference_logprobs(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Any:

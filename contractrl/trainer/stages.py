@@ -173,6 +173,7 @@ class SFTStage:
             "examples": len(batch),
             "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "wall_s": elapsed,
+            "peak_rss_gb": stats["peak_rss_bytes"] / 1e9,
         }
 
 
@@ -325,6 +326,7 @@ def grpo_metrics(
         "episodes_per_s": n / rollout_s if rollout_s > 0 else 0.0,
         "tokens_per_s": tokens / rollout_s if rollout_s > 0 else 0.0,
         "wall_s": elapsed,
+        "peak_rss_gb": stats["peak_rss_bytes"] / 1e9 if "peak_rss_bytes" in stats else None,
     }
 
 

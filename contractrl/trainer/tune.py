@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from ..configtree import check, derive, from_dict, merge, nest, parse_overrides, read_yaml, setting, to_dict
 from ..errors import ConfigError
+from ..tasks.store import MANIFEST_FILE as CASES_MANIFEST
 from ..validators.jsonvalue import sha256_json
 from .config import TrainConfig
 from .tune_fit import Capacity, check_fits, local_capacity, ray_capacity, trial_need
@@ -124,8 +125,11 @@ def load_sweep(
     sweep = from_dict(SweepConfig, merge(data, parse_overrides(overrides)))
     base_path = (sweep_path.parent / sweep.base) if not Path(sweep.base).is_absolute() else Path(sweep.base)
     base = merge(read_yaml(base_path), nest(sweep.overrides))
-    if sweep.kind == "train":  # one model cache for every trial, wherever Ray runs it
-        base = merge(base, {"model": {"cache_dir": str(Path(from_dict(TrainConfig, base).model.cache_dir).resolve())}})
+    if sweep.kind == "train":  # one model cache (and held-out case set) for every trial, wherever Ray runs it
+        config = from_dict(TrainConfig, base)
+        base = merge(base, {"model": {"cache_dir": str(Path(config.model.cache_dir).resolve())}})
+        if config.data.eval_dir:
+            base = merge(base, {"data": {"eval_dir": str(Path(config.data.eval_dir).resolve())}})
     for values in _corner_cases(sweep.search):
         try:
             from_dict(trial_config_class(sweep.kind), merge(base, nest(values)))
@@ -191,6 +195,20 @@ def check_capacity(sweep: SweepConfig, base: dict[str, Any], capacity: Capacity)
         return
     config = sample_config(sweep, base)
     check_fits(trial_resources(config), capacity, _fixes(sweep, config, capacity))
+
+
+def check_inputs(sweep: SweepConfig, base: dict[str, Any]) -> None:
+    """Refuse, before any trial starts, a held-out case directory (``data.eval_dir``) that is not
+    there: every trial would fail on it after loading its model."""
+    if sweep.kind != "train":
+        return
+    for values in _corner_cases(sweep.search):
+        eval_dir = from_dict(TrainConfig, merge(base, nest(values))).data.eval_dir
+        if eval_dir and not (Path(eval_dir) / CASES_MANIFEST).is_file():
+            raise ConfigError(
+                f"data.eval_dir {eval_dir} is not a case set (no {CASES_MANIFEST}); make it first with "
+                f"contractrl cases generate ... --out {eval_dir} (the sweep file says which)"
+            )
 
 
 def _fixes(sweep: SweepConfig, config: Any, capacity: Capacity) -> list[str]:
@@ -322,6 +340,7 @@ def run_sweep(sweep: SweepConfig, base: dict[str, Any], *, resume: bool = False)
 
         init_ray(None if os.environ.get("RAY_ADDRESS") else "local")
     check_capacity(sweep, base, ray_capacity())
+    check_inputs(sweep, base)
     if not resume:
         save_sweep(sweep, base)
     trainable = tune.with_resources(
@@ -389,6 +408,7 @@ __all__ = [
     "SweepConfig",
     "SweepInterrupted",
     "check_capacity",
+    "check_inputs",
     "load_saved_sweep",
     "load_sweep",
     "local_capacity",

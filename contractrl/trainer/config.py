@@ -135,7 +135,7 @@ class DataConfig:
     eval_dir: str = setting(
         "",
         help="held-out cases from a case directory (contractrl cases generate, e.g. a headline slice) instead of "
-        "eval_cases drawn from data.source; refused if any shares a fingerprint with the training set",
+        "eval_cases drawn from data.source; the training cases are then drawn disjoint from them",
     )
     families: tuple[str, ...] = setting(
         CORRUPTION_FAMILIES, help="corruption families to draw cases from (those the source can host)"

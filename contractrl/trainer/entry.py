@@ -83,8 +83,9 @@ def prepare_cases(data: DataConfig, out: Path, experimental: ExperimentalConfig 
     """Training and held-out cases, written under ``out/cases`` (read back, verified, on resume).
 
     Held-out cases come from a derived seed and are refused when they share a fingerprint with the
-    training set on any of the audit's disjoint units (``experimental.split``); the built-in
-    catalog's tools come from ``experimental.transfer`` (all of them by default).
+    training set on any of the audit's disjoint units (``experimental.split``). A given held-out set
+    (``data.eval_dir``) is fixed instead, so the training cases are the ones drawn around it. The
+    built-in catalog's tools come from ``experimental.transfer`` (all of them by default).
     """
     experimental = experimental or ExperimentalConfig()
     disjoint = experimental.split.disjoint
@@ -100,16 +101,18 @@ def prepare_cases(data: DataConfig, out: Path, experimental: ExperimentalConfig 
         "max_attempts": data.max_attempts,
         "max_ops": data.max_ops,
     }
+    given = given_held_out(Path(data.eval_dir)) if data.eval_dir else None
+    avoid = OverlapIndex(given[0], disjoint).collides if given else None
     train_config = GenerateConfig(seed=data.seed, n=data.train_cases, **common)
-    train = generate_cases(train_config)
+    train = generate_cases(train_config, reject=avoid)
     mixed = [mixed_config(data, entry, common) for entry in data.mix]
     for config in mixed:
-        train.extend(generate_cases(config))
+        train.extend(generate_cases(config, reject=avoid))
     extra_train = {"mix": [config.to_dict() for config in mixed]} if mixed else None
     write_case_set(train, train_dir, train_config.to_dict(), extra_train)
     index = OverlapIndex(train, disjoint)
-    if data.eval_dir:
-        held_out, eval_generation = given_held_out(Path(data.eval_dir), index)
+    if given:
+        held_out, eval_generation = given
     elif data.eval_cases == 0:
         return train, []
     else:
@@ -121,20 +124,12 @@ def prepare_cases(data: DataConfig, out: Path, experimental: ExperimentalConfig 
     return train, held_out
 
 
-def given_held_out(case_dir: Path, train: OverlapIndex) -> tuple[list[Case], dict[str, Any]]:
-    """``data.eval_dir``'s cases and the generation config its manifest records (with where they
-    came from), refused when one shares a fingerprint with the training set: a held-out figure
-    over cases the policy trained on would measure recall."""
+def given_held_out(case_dir: Path) -> tuple[list[Case], dict[str, Any]]:
+    """``data.eval_dir``'s cases and the generation config its manifest records, with where they
+    came from (the held-out set's manifest names its source)."""
     manifest = read_case_manifest(case_dir)
-    cases = read_cases(case_dir)
-    seen = [c.public.case_id for c in cases if train.collides(c)]
-    if seen:
-        raise ConfigError(
-            f"data.eval_dir {case_dir}: {len(seen)} of {len(cases)} cases share a fingerprint with the training set "
-            f"on {', '.join(train.disjoint)} (e.g. {seen[0]}); choose a disjoint case set or another data.seed"
-        )
     origin = {"from_dir": str(case_dir.resolve()), "from_config_sha256": manifest.get("config_sha256")}
-    return cases, {**manifest.get("config", {}), **origin}
+    return read_cases(case_dir), {**manifest.get("config", {}), **origin}
 
 
 def mixed_config(data: DataConfig, entry: str, common: dict[str, Any]) -> GenerateConfig:

@@ -137,6 +137,27 @@ def test_in_process_sft_and_grpo_with_lora_and_deepspeed(tmp_path: Path, model_c
 
 
 @pytest.mark.slow
+def test_a_given_held_out_set_is_what_every_stage_evaluates(tmp_path: Path, model_cache: str, warm_model: str) -> None:
+    """``data.eval_dir``: the stages evaluate exactly that case set, labelled with its source, and
+    each step records the learners' peak memory (the scaling table reads both)."""
+    from contractrl.tasks.generate import GenerateConfig, generate_cases
+    from contractrl.tasks.store import write_case_set
+
+    held = GenerateConfig(seed=41, n=3, families=("wrong_type",))
+    write_case_set(generate_cases(held), tmp_path / "slice", held.to_dict())
+    out = tmp_path / "run"
+    extra = [f"model.name={warm_model}", "stages=[sft]", "sft.steps=2", f"data.eval_dir={tmp_path / 'slice'}"]
+    extra.append("wandb.mode=disabled")
+    result = train(_config(out, model_cache, *IN_PROCESS, *extra), progress=False)
+    run = out / "eval" / "after-sft"
+    labels = json.loads((run / "manifest.json").read_text())["labels"]
+    assert labels["condition"] == "builtin" and labels["study"] == "main"
+    expected = {c.public.case_id for c in generate_cases(held)}
+    assert {row["case_id"] for row in read_ledger(run)} == expected and result.evals["sft"]["episodes"] == 3
+    assert all(row["peak_rss_gb"] > 0.05 for row in _metrics(out))
+
+
+@pytest.mark.slow
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path, model_cache: str, warm_model: str) -> None:
     common = [*IN_PROCESS, "wandb.mode=disabled", f"model.name={warm_model}"]
     straight = train(_config(tmp_path / "a", model_cache, *common), progress=False)

@@ -120,7 +120,7 @@ EPISODE_COLUMNS = _columns(
 )
 
 TABLE_COLUMNS = _columns(
-    ("slice", "str", "Overview: `built-in` for the main study's cases, else the run's condition or study."),
+    ("slice", "str", "Overview: the run's condition, else `built-in` for the main study's cases, else its study."),
     ("cohort", "str", "verifier_noise: `clean` or the noise family."),
     ("baseline", "str", "paired: the system compared against `system`; scaling: the smallest model of the row's stage and arm."),
     ("metric", "str", "paired: the per-episode column compared."),

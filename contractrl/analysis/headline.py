@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..errors import ContractRLError
 from .stats import mcnemar_exact, paired_bootstrap
-from .systems import BUILT_IN
+from .systems import slice_labels
 
 SYSTEMS: tuple[str, ...] = ("heuristic", "selector", "full_regen", "constrained", "patch_sft", "contractrl")
 SLICES: tuple[str, ...] = ("builtin_paraphrase", "bfcl_nonlive", "bfcl_live", "natural")
@@ -33,17 +33,6 @@ HELD_OUT_SLICES = frozenset({"bfcl_live"})
 REFERENCE = "contractrl"
 CELL_KEYS = ("success", "n", "ci_low", "ci_high", "tokens", "probes", "collateral", "p95_s")
 _UNIT = ("case_id", "seed", "sample")
-
-
-def slice_labels(episodes: pd.DataFrame) -> pd.Series:
-    """Each episode's slice: its run's ``condition`` label when it has one (``contractrl rollout
-    --label condition=natural``), else its study, else ``built-in`` for the main study. The
-    report's :func:`~.report.slices` keeps every main-study run in ``built-in``; the headline's
-    slices are main-study runs over other case sets, told apart by their condition."""
-    condition = episodes["condition"].fillna("")
-    study = episodes["study"].fillna("")
-    fallback = study.where(study != "main", BUILT_IN)
-    return condition.where(condition != "", fallback)
 
 
 def _mean(values: pd.Series) -> float | None:

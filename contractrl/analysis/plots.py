@@ -201,9 +201,12 @@ def scaling(tables: dict[str, Table]) -> Figure | None:
         cost_ax.plot(xs, rows["latency_s_p95"], marker="o", label=f"{label}: p95 episode")
         if rows["train_s"].notna().any():
             cost_ax.plot(xs, rows["train_s"], marker="s", linestyle="--", label=f"{label}: training")
+    sizes = sorted(set(frame["params"].astype(float))) if known else []
     for ax in (success_ax, cost_ax):
-        if known:
+        if known:  # one labelled tick per model size (log-scale minor labels collide)
             ax.set_xscale("log")
+            ax.minorticks_off()
+            ax.set_xticks(sizes, [_count(n) for n in sizes], fontsize=7)
             ax.set_xlabel("parameters (stored)", fontsize=8)
         else:
             ax.set_xticks(range(len(models)), models, rotation=20, fontsize=7)
@@ -214,6 +217,11 @@ def scaling(tables: dict[str, Table]) -> Figure | None:
     cost_ax.set_ylabel("seconds", fontsize=8)
     _legend_outside(fig, [success_ax, cost_ax])
     return fig
+
+
+def _count(n: float) -> str:
+    """135M, 1.78B: a parameter count as a tick label."""
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n:.3g}"
 
 
 def horizon_decay(tables: dict[str, Table]) -> Figure | None:

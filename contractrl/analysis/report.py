@@ -34,7 +34,7 @@ from .dictionary import describe, typed, write_parquet
 from .join import join_groups, read_episodes
 from .plots import Plot, write_plots
 from .scaling import scaling, training_costs
-from .systems import BUILT_IN, with_system
+from .systems import BUILT_IN, slice_labels, with_system
 from .tables import DEFAULT_THRESHOLDS, Table, build_tables, p95
 
 EPISODES_FILE = "episodes.parquet"
@@ -153,10 +153,9 @@ def _systems(episodes: pd.DataFrame) -> pd.DataFrame:
 
 
 def slices(episodes: pd.DataFrame) -> pd.Series:
-    """The slice of each episode: ``built-in`` for the main study's cases, else the run's condition
-    (``bfcl:live_simple``) or study, so a summary never pools real users' questions with the catalog."""
-    other = episodes["condition"].where(episodes["condition"] != "", episodes["study"])
-    return other.where(episodes["study"] != "main", BUILT_IN)
+    """The slice of each episode (``systems.slice_labels``): the run's condition, else ``built-in``
+    for the main study's cases, else its study."""
+    return slice_labels(episodes)
 
 
 def standing(episodes: pd.DataFrame) -> tuple[str, ...]:

@@ -69,4 +69,15 @@ def run_names(runs: Sequence[str]) -> dict[str, str]:
     return {run: "/".join(p[head : len(p) - tail]) or run for run, p in zip(runs, parts, strict=True)}
 
 
-__all__ = ["BUILT_IN", "policy_label", "run_names", "with_system"]
+def slice_labels(episodes: pd.DataFrame) -> pd.Series:
+    """Each episode's slice: its run's ``condition`` label when it has one (``contractrl rollout
+    --label condition=bfcl:simple``, or the source of a training run's given held-out set), else
+    ``built-in`` for the main study's cases, else its study; so a summary never pools real users'
+    questions with the catalog's cases."""
+    condition = episodes["condition"].fillna("")
+    study = episodes["study"].fillna("")
+    fallback = study.where(study != "main", BUILT_IN)
+    return condition.where(condition != "", fallback)
+
+
+__all__ = ["BUILT_IN", "policy_label", "run_names", "slice_labels", "with_system"]

@@ -31,7 +31,7 @@ from ..tasks.contrast import contrast_cases
 from ..tasks.demonstrations import Demonstration, demonstrations
 from ..tasks.generate import GenerateConfig, generate_cases
 from ..tasks.offline import read_cases
-from ..tasks.sources import source_families
+from ..tasks.sources import BUILTIN, source_families
 from ..tasks.store import MANIFEST_FILE, write_case_set
 from ..tasks.store import read_manifest as read_case_manifest
 from ..validators.jsonvalue import sha256_json
@@ -122,6 +122,14 @@ def prepare_cases(data: DataConfig, out: Path, experimental: ExperimentalConfig 
     extra = {"audit": [r.to_dict() for r in rows], "disjoint_from": str(train_dir), "disjoint_units": list(disjoint)}
     write_case_set(held_out, eval_dir, eval_generation, extra)
     return train, held_out
+
+
+def eval_condition(data: DataConfig, out: Path) -> str:
+    """The ``condition`` label of a run's held-out evaluations: the source of a given held-out set
+    (``data.eval_dir``), as its manifest under ``out/cases/eval`` records it; none for drawn cases."""
+    if not data.eval_dir:
+        return ""
+    return str(read_case_manifest(out / "cases" / "eval").get("config", {}).get("source", BUILTIN))
 
 
 def given_held_out(case_dir: Path) -> tuple[list[Case], dict[str, Any]]:
@@ -266,6 +274,7 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
             report=report,
             progress=progress,
             contrasts={twin.offline.corruption["contrast_of"]: twin.public for twin in twins},
+            eval_condition=eval_condition(config.data, out),
         )
         result = trainer.run(to_dict(config))
     finally:
@@ -275,4 +284,13 @@ def train(config: TrainConfig, *, report: Callable[[dict[str, Any]], None] | Non
     return result
 
 
-__all__ = ["absolute", "finished_run", "given_held_out", "grpo_contrasts", "prepare_cases", "run_identity", "train"]
+__all__ = [
+    "absolute",
+    "eval_condition",
+    "finished_run",
+    "given_held_out",
+    "grpo_contrasts",
+    "prepare_cases",
+    "run_identity",
+    "train",
+]

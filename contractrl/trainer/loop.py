@@ -69,10 +69,14 @@ class Trainer:
         report: Callable[[dict[str, Any]], None] | None = None,
         progress: bool = True,
         contrasts: Mapping[str, PublicCase] | None = None,
+        eval_condition: str = "",
     ) -> None:
         self.config = config
         self.out = Path(config.out)
         self.eval_cases = list(eval_cases)
+        # a given held-out set (data.eval_dir) is labelled with its source, so a report shows its
+        # slice as that source (bfcl:simple), not as the catalog's built-in cases
+        self.eval_condition = eval_condition
         self.group = group
         self.pool = pool
         self.judge = judge
@@ -167,6 +171,8 @@ class Trainer:
                 bar.close()
         run_dir = self.out / EVALS / f"after-{stage.name}"
         labels = {"study": "main", "stage": stage.name, "model": self.config.model.label, "mode": "same_information"}
+        if self.eval_condition:
+            labels["condition"] = self.eval_condition
         digest = freeze(self.config, run_dir, episodes, {"stage": f"eval-after-{stage.name}", "labels": labels})
         scored = self.judge.score_run(run_dir)
         by_family: dict[str, list[bool]] = defaultdict(list)

@@ -1,4 +1,4 @@
-"""The scaling study's results: a finished sweep over model size in, the report and scaling.json out
+"""The scaling study's results: finished sweeps over model size in, the report and scaling.json out
 (``contractrl.analysis.scaling_runs`` holds the command and its usage)."""
 
 from pathlib import Path

@@ -107,6 +107,12 @@ def test_every_size_is_compared_with_the_smallest_on_the_same_cases(tmp_path: Pa
     assert pd.isna(frame.loc["small/lora-r16", "baseline"])  # the smallest is the reference
     assert (frame.loc["large/lora-r16", "train_s"], frame.loc["large/lora-r16", "peak_rss_gb"]) == (600.0, 9.0)
 
+    # a rank change is never a size comparison: each rank has its own smallest model
+    other_rank = _episodes("large/lora-r8", "c/eval/after-sft", [True] * 20, 3.0)
+    costs["c/eval/after-sft"] = TrainingCost(1000, 30, 600.0, 9.0)
+    ranked = scaling(pd.concat([large, small, other_rank]), costs, resamples=200).frame.set_index("model")
+    assert pd.isna(ranked.loc["large/lora-r8", "baseline"]) and ranked.loc["large/lora-r16", "baseline"] == "small/lora-r16"
+
     rungs = sizes(table.frame)
     assert [r.model for r in rungs] == ["small/lora-r16", "large/lora-r16"]  # smallest first
     document = sizes_json(table.frame)

@@ -122,7 +122,11 @@ EPISODE_COLUMNS = _columns(
 TABLE_COLUMNS = _columns(
     ("slice", "str", "Overview: the run's condition, else `built-in` for the main study's cases, else its study."),
     ("cohort", "str", "verifier_noise: `clean` or the noise family."),
-    ("baseline", "str", "paired: the system compared against `system`; scaling: the smallest model of the row's stage and arm."),
+    (
+        "baseline",
+        "str",
+        "paired: the system compared against `system`; scaling: the smallest model of the row's stage, arm and adapter rank.",
+    ),
     ("metric", "str", "paired: the per-episode column compared."),
     ("threshold", "float64", "calibration: the confidence threshold, fixed before scoring."),
     ("episodes", "int64", "Episodes the row aggregates."),

@@ -5,8 +5,8 @@ evaluation a training run writes (``<run>/eval/after-<stage>``) is one row: sema
 bootstrap interval over cases, generated tokens and p95 episode time from the frozen ledger, and,
 from the training run itself, the base model's parameter count, the optimizer-step time and the
 learners' peak resident memory through that stage. Every row is also compared case by case with the
-smallest model of its stage and arm (paired interval and exact McNemar p): a claim that a larger
-model repairs more is a difference on the same cases, not two intervals side by side.
+smallest model of its stage, arm and adapter rank (paired interval and exact McNemar p): a claim
+that a larger model repairs more is a difference on the same cases, not two intervals side by side.
 
 Training costs come from the run's ``metrics.parquet`` and ``manifest.json``; the base model's size
 is read from its safetensors headers (bounded), never by loading the weights.
@@ -170,7 +170,7 @@ def scaling(episodes: pd.DataFrame, costs: dict[str, TrainingCost] | None = None
         frame.reindex(columns=list(COLUMNS)),
         (
             "semantic_success_ci_*: 95% percentile bootstrap over cases; difference_mean, ci_*, mcnemar_p: this row "
-            "minus `baseline` (the smallest model of the same stage and arm) on the cases both ran.",
+            "minus `baseline` (the smallest model of the same stage, arm and adapter rank) on the cases both ran.",
             "steps, train_s, peak_rss_gb: the training run through this stage (optimizer steps only; peak memory "
             "of the learners, summed over ranks).",
         ),
@@ -194,12 +194,21 @@ def _one_cost(group: pd.DataFrame, costs: dict[str, TrainingCost]) -> TrainingCo
     )
 
 
+def adapter_of(label: str) -> str:
+    """The adapter part of a model label (``lora-r16`` of ``smollm2/lora-r16``; empty without one)."""
+    base, _, adapter = label.rpartition("/")
+    return adapter if base and adapter.startswith("lora-r") else ""
+
+
 def _against_smallest(frame: pd.DataFrame, rows: pd.DataFrame, resamples: int) -> pd.DataFrame:
     """``baseline`` and the paired difference of each row against the smallest model (by stored
-    parameters) of its stage and arm; the smallest row itself, and rows of unknown size, get none."""
+    parameters) of its stage, arm and adapter rank, so a size comparison never mixes in a rank
+    change; the smallest row itself, and rows of unknown size, get none."""
     extra: list[dict[str, Any]] = []
-    for _, row in frame.iterrows():
-        peers = frame[(frame["stage"] == row["stage"]) & (frame["arm"] == row["arm"]) & frame["params"].notna()]
+    adapters = frame["model"].map(adapter_of)
+    for index, row in frame.iterrows():
+        same = (frame["stage"] == row["stage"]) & (frame["arm"] == row["arm"]) & (adapters == adapters[index])
+        peers = frame[same & frame["params"].notna()]
         if pd.isna(row["params"]) or len(peers) < 2:
             extra.append({})
             continue
@@ -292,4 +301,14 @@ def sizes_json(frame: pd.DataFrame, stage: str | None = None) -> dict[str, Any]:
     return {"stage": chosen, "cases": cases, "sizes": [asdict(s) for s in sizes(frame, chosen)], "paired": paired_rows}
 
 
-__all__ = ["SizeResult", "TrainingCost", "parameter_count", "scaling", "sizes", "sizes_json", "training_cost", "training_costs"]
+__all__ = [
+    "SizeResult",
+    "TrainingCost",
+    "adapter_of",
+    "parameter_count",
+    "scaling",
+    "sizes",
+    "sizes_json",
+    "training_cost",
+    "training_costs",
+]

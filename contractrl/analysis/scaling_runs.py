@@ -1,13 +1,14 @@
-"""The scaling study's results: a finished sweep over model size in, the report (with its scaling
+"""The scaling study's results: finished sweeps over model size in, the report (with its scaling
 table and figure) and ``benchmarks/results/scaling.json`` out.
 
 The sweep is ``tune_configs/scaling.yaml`` (``contractrl tune --config tune_configs/scaling.yaml
 [--local]``). Each finished trial's run directory is one root of the report, so each trial's
 episodes are scored by its own judge, then::
 
-    python benchmarks/bench_scaling.py runs/tune/scaling-local [--stage sft] [--out benchmarks/results/scaling.json] [--json]
+    python benchmarks/bench_scaling.py runs/tune/scaling-local [SWEEP_DIR ...] [--stage sft] [--json]
 
-writes the report under ``<sweep>/report`` and the per-size figures (``sizes``: ``model``,
+writes the report under ``<first sweep>/report`` (several sweeps, say one per rank, report
+together) and the per-size figures (``sizes``: ``model``,
 ``params``, ``success``, ``ci_low``, ``ci_high``, ``tokens``, ``p95_s``, ``train_s``,
 ``peak_rss_gb``) with each larger model's paired difference from the smallest (``paired``).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,25 +48,26 @@ def finished_trials(sweep_dir: str | Path) -> list[Path]:
     return runs
 
 
-def scaling_results(sweep_dir: str | Path, report_out: str | Path, stage: str | None = None) -> dict[str, Any]:
-    """Report the sweep's finished trials and return ``scaling.json``'s content."""
-    trials = finished_trials(sweep_dir)
+def scaling_results(sweep_dirs: Sequence[str | Path], report_out: str | Path, stage: str | None = None) -> dict[str, Any]:
+    """Report the sweeps' finished trials together and return ``scaling.json``'s content."""
+    trials = [trial for sweep in sweep_dirs for trial in finished_trials(sweep)]
     report = build_report(trials, report_out, use_ray=False, workers=0, progress=False)
     frame = pd.read_parquet(Path(report.out) / "tables" / "scaling.parquet")
     result = sizes_json(frame, stage)
-    return {"sweep": str(Path(sweep_dir)), "trials": [str(t) for t in trials], "report": str(report.index), **result}
+    sweeps = [str(Path(s)) for s in sweep_dirs]
+    return {"sweeps": sweeps, "trials": [str(t) for t in trials], "report": str(report.index), **result}
 
 
 def main(argv: list[str] | None = None, *, default_out: Path = DEFAULT_OUT) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", metavar="SWEEP_DIR", help="a sweep directory (<out>/<name> of contractrl tune)")
+    parser.add_argument("sweeps", nargs="+", metavar="SWEEP_DIR", help="sweep directories (<out>/<name> of contractrl tune)")
     parser.add_argument("--stage", default=None, help="the stage whose evaluation is compared (default: the last one)")
-    parser.add_argument("--report-out", default=None, help="where the report goes (default: SWEEP_DIR/report)")
+    parser.add_argument("--report-out", default=None, help="where the report goes (default: the first SWEEP_DIR/report)")
     parser.add_argument("--out", default=str(default_out), help="the JSON written")
     parser.add_argument("--json", action="store_true", help="print the JSON")
     args = parser.parse_args(argv)
     try:
-        result = scaling_results(args.sweep, args.report_out or Path(args.sweep) / "report", args.stage)
+        result = scaling_results(args.sweeps, args.report_out or Path(args.sweeps[0]) / "report", args.stage)
     except ContractRLError as exc:
         print(f"bench_scaling: {exc}", file=sys.stderr)
         return 2

@@ -23,7 +23,6 @@ A row or column not named stays in the table with ``n`` 0.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 from contractrl.analysis.headline import SLICES, SYSTEMS, headline, slice_labels
 from contractrl.analysis.join import join_runs, read_episodes
+from contractrl.analysis.results_file import write_result
 from contractrl.errors import ContractRLError
 
 # relative to where it runs; benchmarks/bench_headline.py names it beside itself
@@ -73,12 +73,8 @@ def main(argv: list[str] | None = None, *, default_out: Path = DEFAULT_OUT) -> i
     except ContractRLError as exc:
         print(f"bench_headline: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
-    else:
+    out = write_result(result, args.out, echo=args.json)
+    if not args.json:
         print(f"{'system':<12}" + "".join(f"{c:>22}" for c in SLICES))
         for system in SYSTEMS:
             cells = result["systems"][system]

@@ -16,7 +16,6 @@ together) and the per-size figures (``sizes``: ``model``,
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ import pandas as pd
 from ..errors import ContractRLError
 from ..rollout.ledger import read_manifest
 from .report import build_report
+from .results_file import write_result
 from .scaling import sizes_json
 
 DEFAULT_OUT = Path("benchmarks") / "results" / "scaling.json"
@@ -71,12 +71,8 @@ def main(argv: list[str] | None = None, *, default_out: Path = DEFAULT_OUT) -> i
     except ContractRLError as exc:
         print(f"bench_scaling: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
-    else:
+    out = write_result(result, args.out, echo=args.json)
+    if not args.json:
         print(f"{'model':<32}{'params':>14}{'success':>10}{'95% CI':>18}{'tokens':>8}{'p95 s':>8}{'train s':>9}{'peak GB':>9}")
         for size in result["sizes"]:
             interval = f"[{size['ci_low']:.3f}, {size['ci_high']:.3f}]"

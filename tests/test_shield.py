@@ -349,9 +349,12 @@ def test_a_batched_gate_scores_within_the_bound_and_decides_as_one_call_at_a_tim
 
     alone = decide(HFPolicy(model, tok, sampling=sampling, cpu_bf16=False), tmp_path / "alone", False)
     shapes: list[tuple[int, int]] = []
-    hook = model.register_forward_pre_hook(
-        lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
-    )
+
+    def scoring(_: Any, args: Any, kwargs: dict[str, Any]) -> None:  # forwards on a prompt's cache: not the prefill
+        if kwargs["cache"].get_seq_length() > 0:
+            shapes.append(tuple(kwargs["input_ids"].shape))
+
+    hook = model.register_forward_pre_hook(scoring, with_kwargs=True)
     batched = BatchingPolicy(HFPolicy(model, tok, sampling=sampling, cpu_bf16=False), max_batch_size=len(calls), wait_s=30.0)
     try:
         together = decide(batched, tmp_path / "together", True)
@@ -359,6 +362,7 @@ def test_a_batched_gate_scores_within_the_bound_and_decides_as_one_call_at_a_tim
         hook.remove()
     assert batched.batches[0] == len(calls)  # the first attempts met in one model call
     assert all(rows == 1 or rows * width <= 48 for rows, width in shapes)
+    assert sum(rows * width for rows, width in shapes if width > 1) > 48  # the bound split the batch's candidates
     assert [type(d).__name__ for d in together] == [type(d).__name__ for d in alone]
     assert [getattr(d, "call", None) for d in together] == [getattr(d, "call", None) for d in alone]
     assert [getattr(d, "code", None) for d in together] == [getattr(d, "code", None) for d in alone]

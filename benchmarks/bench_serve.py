@@ -8,7 +8,8 @@ tool catalog), then for each client count (``--clients 1,8,32``) that many HTTP 
 catalog calls of every corruption family with their requests (the case generator, seed 52), plus
 one malformed body in every ``--malformed-every``. A level stops sending after ``--requests``
 requests (``--hf-requests`` for an ``hf:`` policy) or ``--budget-s`` seconds, whichever comes
-first; what was sent is awaited. Reported per level: requests/s over the level's wall time,
+first; what was sent is awaited. Each level sends the next calls of the generator (``--skip N``
+starts at its N-th call). Reported per level: requests/s over the level's wall time,
 client-side p50/p99 latency, and the answers by kind. "Nothing lost": every request got an answer
 (a dispatch, a refusal or a typed 4xx error; no 5xx, no timeout), and after the graceful shutdown
 the frozen replica shards hold exactly one verified row per well-formed request.
@@ -167,7 +168,7 @@ def bench_policy(policy: str, args: argparse.Namespace, root: Path) -> dict[str,
     ready_s = time.perf_counter() - started
     url = info["url"] + "/repair"
     levels = []
-    offset = 0
+    offset = args.skip
     for clients in args.clients:
         n = max(args.hf_requests, clients) if hf else args.requests  # every client sends at least one
         payloads = bodies(offset + n, args.seed, args.malformed_every)[offset:]
@@ -214,6 +215,9 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=900.0, help="a client's wait for one answer")
     parser.add_argument("--malformed-every", type=int, default=16, help="one malformed body in N (0: none)")
     parser.add_argument("--seed", type=int, default=52)
+    parser.add_argument(
+        "--skip", type=int, default=0, help="start at this generated call (to send a level of an earlier run the same calls)"
+    )
     parser.add_argument("--ray-cpus", type=int, default=2)
     parser.add_argument("--out", help="directory for the ledgers and results.json (default: a temp dir)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

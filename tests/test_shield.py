@@ -9,6 +9,7 @@ not share code with: the environment's own transition run on the committed answe
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from pathlib import Path
@@ -161,6 +162,39 @@ def test_choice_is_a_plain_record() -> None:
     assert Choice(None, 0, "abstain") == Choice(None, 0, "abstain")
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 300), max_size=60),
+    st.integers(1, 40),
+    st.integers(1, 2000),
+)
+def test_score_chunks_keep_order_and_bound_rows_and_row_tokens(lengths: list[int], rows: int, tokens: int) -> None:
+    """Every forward of the shield's teacher forcing is at most ``rows`` rows and, padded to its
+    longest answer, at most ``tokens`` row-tokens, unless one answer alone is longer; the chunks
+    cover the items in order, and where every chunk of ``rows`` fits the bound they are those chunks."""
+    from contractrl.rollout.decode import score_chunks
+
+    chunks = score_chunks(lengths, rows, tokens)
+    assert [i for chunk in chunks for i in chunk] == list(range(len(lengths)))
+    for chunk in chunks:
+        assert 1 <= len(chunk) <= rows
+        assert len(chunk) == 1 or len(chunk) * max(1, *(lengths[i] for i in chunk)) <= tokens
+    for before, after in itertools.pairwise(chunks):  # a chunk closes only when the next item would break a bound
+        grown = range(before.start, after.start + 1)
+        assert len(grown) > rows or len(grown) * max(1, *(lengths[i] for i in grown)) > tokens
+    if rows * max([1, *lengths]) <= tokens:
+        assert chunks == [range(s, min(s + rows, len(lengths))) for s in range(0, len(lengths), rows)]
+
+
+def test_score_chunks_refuse_empty_bounds() -> None:
+    from contractrl.rollout.decode import score_chunks
+
+    with pytest.raises(ValueError, match="max_rows >= 1"):
+        score_chunks([1, 2], 0, 10)
+    with pytest.raises(ValueError, match="max_tokens >= 1"):
+        score_chunks([1, 2], 4, 0)
+
+
 # --- the shielded Hugging Face policy on the tiny preset ---------------------------------------
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -236,3 +270,99 @@ def test_prefix_shared_decoding_matches_plain_generation(tiny: tuple[Any, Any]) 
             sampled = decoded[row][1]
             ((_, per_token),) = score_texts(model, prefix, [(row, sampled.token_ids)], temperature)
             assert per_token == pytest.approx(sampled.logprobs, abs=1e-3)
+
+
+def test_a_long_candidate_is_scored_in_a_forward_of_its_own(tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shield's candidates of a whole gate batch share teacher-forced chunks: one long candidate
+    (a 20,000-character string pads a catalog candidate to 5,010 tokens) once padded a 32-row chunk to
+    its length. No forward now passes the row-token bound except one answer alone, and every answer
+    keeps the score it has when scored alone."""
+    from contractrl.rollout import decode
+    from contractrl.rollout.policies import Observation
+    from contractrl.rollout.prompts import render_messages, render_prompt
+
+    model, tok = tiny
+    monkeypatch.setattr(decode, "SCORE_TOKENS", 64)
+    monkeypatch.setattr(decode, "LOGPROB_BLOCK", 16)  # the long answer's log-softmax in several blocks
+    obs = [Observation(c.public, RepairEnv(c.public).reset(), 0) for c in CASES[:2]]
+    prompts = [render_prompt(render_messages(o.case, o.state, "contractrl"), tok) for o in obs]
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    prefix = decode.prefill(model, enc["input_ids"], enc["attention_mask"])
+    vocab = model.config.vocab_size
+    items = [(i % 2, [(7 * i + j) % vocab for j in range(3 + i % 4)]) for i in range(12)]
+    items.insert(5, (1, [(11 * j) % vocab for j in range(90)]))
+    items.insert(9, (0, []))
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        together = decode.score_texts(model, prefix, items, 0.7)
+    finally:
+        hook.remove()
+    assert len(shapes) >= 3 and (1, 90) in shapes  # the long answer alone, the short ones around it
+    assert all(rows == 1 or rows * width <= 64 for rows, width in shapes)
+    assert together[9] == (0.0, ())
+    for (row, ids), (score, per_token) in zip(items, together, strict=True):
+        ((alone_score, alone_tokens),) = decode.score_texts(model, prefix, [(row, ids)], 0.7)
+        assert score == pytest.approx(alone_score, abs=1e-4) and per_token == pytest.approx(alone_tokens, abs=1e-4)
+        assert len(per_token) == len(ids)
+
+
+def test_a_batched_gate_scores_within_the_bound_and_decides_as_one_call_at_a_time(
+    tiny: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent gate calls of a shielded model meet in one batch (gate/batching.py), whose
+    candidates share teacher-forced chunks: every forward stays within the row-token bound, and each
+    call gets the decision it gets alone."""
+    import threading
+
+    from contractrl.gate import RepairGate
+    from contractrl.gate.batching import BatchingPolicy
+    from contractrl.gate.tools import builtin_tools
+    from contractrl.rollout import decode
+    from contractrl.rollout.hf_policy import HFPolicy, SamplingConfig
+
+    model, tok = tiny
+    monkeypatch.setattr(decode, "SCORE_TOKENS", 48)  # the catalog's candidates then need the bound
+    sampling = SamplingConfig(max_new_tokens=12, do_sample=False, shield_k=1)
+    definitions, contracts, immutable = builtin_tools()
+    calls = [({"name": c.public.tool, "arguments": c.public.candidate}, c.public.request) for c in CASES[:6]]
+
+    def decide(policy: Any, ledger: Path, concurrent: bool) -> list[Any]:
+        gate = RepairGate(definitions, policy, ledger=ledger, contracts=contracts, immutable=immutable)
+        if not concurrent:
+            return [gate.repair(call, request) for call, request in calls]
+        out: list[Any] = [None] * len(calls)
+        barrier = threading.Barrier(len(calls))
+
+        def one(i: int) -> None:
+            barrier.wait()
+            out[i] = gate.repair(*calls[i])
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    alone = decide(HFPolicy(model, tok, sampling=sampling, cpu_bf16=False), tmp_path / "alone", False)
+    shapes: list[tuple[int, int]] = []
+
+    def scoring(_: Any, args: Any, kwargs: dict[str, Any]) -> None:  # forwards on a prompt's cache: not the prefill
+        if kwargs["cache"].get_seq_length() > 0:
+            shapes.append(tuple(kwargs["input_ids"].shape))
+
+    hook = model.register_forward_pre_hook(scoring, with_kwargs=True)
+    batched = BatchingPolicy(HFPolicy(model, tok, sampling=sampling, cpu_bf16=False), max_batch_size=len(calls), wait_s=30.0)
+    try:
+        together = decide(batched, tmp_path / "together", True)
+    finally:
+        hook.remove()
+    assert batched.batches[0] == len(calls)  # the first attempts met in one model call
+    assert all(rows == 1 or rows * width <= 48 for rows, width in shapes)
+    assert sum(rows * width for rows, width in shapes if width > 1) > 48  # the bound split the batch's candidates
+    assert [type(d).__name__ for d in together] == [type(d).__name__ for d in alone]
+    assert [getattr(d, "call", None) for d in together] == [getattr(d, "call", None) for d in alone]
+    assert [getattr(d, "code", None) for d in together] == [getattr(d, "code", None) for d in alone]

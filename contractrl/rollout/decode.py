@@ -8,7 +8,18 @@ prompt is run once (:func:`prefill`), its cache is gathered per row (:func:`sele
 - :func:`sample_answers` decodes K answers per prompt as one batch (row 0 of each prompt greedy, the
   others sampled with a seeded generator), stopping each row where its answer ends;
 - :func:`score_texts` reads the model's log-probability of given answer texts by teacher forcing,
-  in chunks of rows so that memory stays bounded whatever the number of candidates.
+  in chunks (:func:`score_chunks`) bounded in rows and in row-tokens, so that time and memory stay
+  bounded whatever the number and the length of the candidates.
+
+Why the row-token bound: a chunk is padded to its longest answer and the model computes a full-vocabulary
+logit row for every padded position. The shield enumerates candidates whose length the case decides
+(a ``write_file`` candidate that pads ``content`` to its 20,000-character bound is 5,010 tokens), so a
+chunk of 32 rows holding one such candidate ran 160,000 positions through the model, 15 GB of bf16
+logits; a batch of 8 gate calls, whose candidates share chunks, ran for many minutes at 5-10 GB
+(docs/notebook/2026-12-06-serve-hf-concurrency.md). Chunks now close before they would pass
+``SCORE_TOKENS`` row-tokens, so a long candidate is scored alone, and the log-probabilities are read
+from each row's own positions in blocks, never from an fp32 copy of the whole chunk's logits. Items
+keep their order: a chunk within the bound is the same chunk as before, so its scores are too.
 
 Works for any causal LM whose forward takes ``position_ids`` and a ``DynamicCache`` (the Llama and
 Qwen2 families of the presets). Left padding is handled as ``generate`` handles it: positions count
@@ -23,6 +34,11 @@ from typing import Any
 
 # rows per teacher-forced forward (a chunk's cache copy is rows x prompt length x layers)
 SCORE_CHUNK = 32
+# row-tokens per teacher-forced forward, rows x the chunk's longest answer (its logits are this many
+# vocabulary rows); 32 rows of 128 tokens, well above the catalog's usual chunks, which stay as they were
+SCORE_TOKENS = 4096
+# answer positions whose fp32 log-softmax is taken at once (a block is this many vocabulary rows)
+LOGPROB_BLOCK = 512
 
 
 @dataclass(frozen=True)
@@ -151,6 +167,26 @@ def sample_answers(
     return [answers[b * k : (b + 1) * k] for b in range(batch)]
 
 
+def score_chunks(lengths: Sequence[int], max_rows: int = SCORE_CHUNK, max_tokens: int = SCORE_TOKENS) -> list[range]:
+    """Consecutive chunks of the items with these answer lengths, each at most ``max_rows`` rows and,
+    padded to its longest answer, at most ``max_tokens`` row-tokens; an item longer than
+    ``max_tokens`` is a chunk of its own. Order is kept, so items within the bounds chunk as they
+    would by rows alone."""
+    if max_rows < 1 or max_tokens < 1:
+        raise ValueError(f"score chunks need max_rows >= 1 and max_tokens >= 1, got {max_rows} and {max_tokens}")
+    chunks: list[range] = []
+    start, width = 0, 0
+    for index, length in enumerate(lengths):
+        wider = max(width, length, 1)
+        if index > start and (index - start >= max_rows or (index - start + 1) * wider > max_tokens):
+            chunks.append(range(start, index))
+            start, wider = index, max(length, 1)
+        width = wider
+    if start < len(lengths):
+        chunks.append(range(start, len(lengths)))
+    return chunks
+
+
 def score_texts(
     model: Any, prefix: Prefix, items: Sequence[tuple[int, Sequence[int]]], temperature: float = 1.0
 ) -> list[tuple[float, tuple[float, ...]]]:
@@ -160,8 +196,8 @@ def score_texts(
     import torch
 
     out: list[tuple[float, tuple[float, ...]]] = []
-    for start in range(0, len(items), SCORE_CHUNK):
-        chunk = items[start : start + SCORE_CHUNK]
+    for span in score_chunks([len(ids) for _, ids in items], SCORE_CHUNK, SCORE_TOKENS):
+        chunk = items[span.start : span.stop]
         rows = torch.tensor([row for row, _ in chunk])
         width = max(1, max(len(ids) for _, ids in chunk))
         ids = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -178,19 +214,46 @@ def score_texts(
                 position_ids=positions.to(prefix.next_logits.device),
                 cache=select_rows(prefix.cache, rows),
                 use_cache=True,
-            ).logits.float()
-        # token j is predicted by the prompt's last position (j = 0) or the answer's position j - 1
-        predicted = torch.cat([prefix.next_logits[rows][:, None, :], logits[:, :-1]], dim=1)
-        plain = torch.log_softmax(predicted, dim=-1).gather(-1, ids[:, :, None]).squeeze(-1)
-        warm = (
-            plain
-            if temperature == 1.0
-            else torch.log_softmax(predicted / temperature, dim=-1).gather(-1, ids[:, :, None]).squeeze(-1)
-        )
+            ).logits
+        first = prefix.next_logits[rows]
         for i, (_, answer) in enumerate(chunk):
-            score = float(plain[i, : len(answer)].sum())
-            out.append((score, tuple(float(x) for x in warm[i, : len(answer)].tolist())))
+            # token j is predicted by the prompt's last position (j = 0) or the answer's position j - 1
+            plain, warm = _answer_logprobs(first[i], logits[i, : max(0, len(answer) - 1)], ids[i, : len(answer)], temperature)
+            out.append((float(plain.sum()), tuple(float(x) for x in warm.tolist())))
+        del logits
     return out
 
 
-__all__ = ["SCORE_CHUNK", "Decoded", "Prefix", "prefill", "sample_answers", "score_texts", "select_rows"]
+def _answer_logprobs(first: Any, following: Any, ids: Any, temperature: float) -> tuple[Any, Any]:
+    """Log-probabilities of ``ids`` at temperature 1 and at ``temperature``, given the logits that
+    predict them: ``first`` (the prefill's, fp32) for token 0, ``following[j - 1]`` for token j. Taken
+    in blocks of positions (each position's softmax is its own), so the fp32 copy is one block."""
+    import torch
+
+    plain, warm = [], []
+    for start in range(0, len(ids), LOGPROB_BLOCK):
+        stop = min(len(ids), start + LOGPROB_BLOCK)
+        block = following[max(0, start - 1) : stop - 1].float()
+        if start == 0:
+            block = torch.cat([first[None, :], block], dim=0)
+        wanted = ids[start:stop, None]
+        plain.append(torch.log_softmax(block, dim=-1).gather(-1, wanted).squeeze(-1))
+        warm.append(
+            plain[-1] if temperature == 1.0 else torch.log_softmax(block / temperature, dim=-1).gather(-1, wanted).squeeze(-1)
+        )
+    empty = first.new_zeros((0,))
+    return (torch.cat(plain) if plain else empty), (torch.cat(warm) if warm else empty)
+
+
+__all__ = [
+    "LOGPROB_BLOCK",
+    "SCORE_CHUNK",
+    "SCORE_TOKENS",
+    "Decoded",
+    "Prefix",
+    "prefill",
+    "sample_answers",
+    "score_chunks",
+    "score_texts",
+    "select_rows",
+]

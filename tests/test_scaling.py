@@ -139,3 +139,31 @@ def test_a_sweep_without_a_finished_trial_is_one_line(tmp_path: Path, capsys: py
         finished_trials(tmp_path)
     assert main([str(tmp_path), "--out", str(tmp_path / "s.json")]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "s.json").exists()
+
+
+def test_a_metrics_file_from_elsewhere_is_read_bounded_or_refused_in_one_line(tmp_path: Path) -> None:
+    from contractrl.analysis import scaling as module
+    from contractrl.errors import InputFileError
+
+    run = _training_run(tmp_path / "run", [1.0, 2.0], ["sft", "sft"], [1.0, 2.0])
+    assert list(module.read_metrics(run / "metrics.parquet").columns) == ["stage", "wall_s", "peak_rss_gb"]
+    (run / "metrics.parquet").write_bytes(b"PAR1 not a parquet file PAR1")
+    with pytest.raises(InputFileError, match="not a readable metrics file") as raised:
+        training_cost(run, "sft")
+    assert "\n" not in str(raised.value)
+    # a small file that would unpack to more than a metrics file holds is refused from its footer:
+    # by its bytes, dictionary pages included, and by its rows (a dictionary-encoded column is tiny)
+    pd.DataFrame({"stage": ["sft"] * 50_000, "wall_s": [1.0] * 50_000}).to_parquet(run / "metrics.parquet")
+    for limit, value in (("MAX_METRICS_BYTES", 100), ("MAX_METRICS_ROWS", 1_000)):
+        saved = getattr(module, limit)
+        setattr(module, limit, value)
+        try:
+            with pytest.raises(InputFileError, match="bytes uncompressed: more than a metrics file holds"):
+                training_cost(run, "sft")
+        finally:
+            setattr(module, limit, saved)
+    assert training_cost(run, "sft") is not None  # within the real bounds
+    (run / "metrics.parquet").unlink()
+    (run / "metrics.parquet").mkdir()
+    with pytest.raises(InputFileError):
+        module.read_metrics(run / "metrics.parquet")

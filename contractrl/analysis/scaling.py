@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -25,7 +26,8 @@ from typing import Any
 import pandas as pd
 
 from ..configtree import from_dict
-from ..errors import ContractRLError
+from ..errors import ContractRLError, InputFileError
+from ..files import MAX_FILE_BYTES, open_regular
 from ..rollout.ledger import read_manifest
 from ..trainer.config import TrainConfig
 from ..trainer.presets import model_path
@@ -39,6 +41,9 @@ EVAL_PREFIX = "after-"
 METRICS_FILE = "metrics.parquet"
 # a safetensors header is JSON describing the tensors; real ones are a few hundred KB
 MAX_HEADER_BYTES = 64 * 1024 * 1024
+# a metrics file has a row per optimizer step, two dozen columns: a million steps stay below both
+MAX_METRICS_ROWS = 1_000_000
+MAX_METRICS_BYTES = 256 * 1024 * 1024
 KEYS = ("model", "stage", "arm")
 COLUMNS = (
     *KEYS,
@@ -91,6 +96,32 @@ def parameter_count(model_dir: str | Path) -> int | None:
     return total if found else None
 
 
+def read_metrics(path: Path) -> pd.DataFrame:
+    """The columns of a run's ``metrics.parquet`` this table reads. The file comes with a run
+    directory that may come from elsewhere and carries no digest, so its stored and uncompressed
+    sizes are checked from its footer before any column is decoded."""
+    import pyarrow.parquet as pq
+
+    with open_regular(path, "metrics file") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_FILE_BYTES:
+            raise InputFileError(f"{path}: {size} bytes, more than a metrics file holds ({MAX_FILE_BYTES})")
+        try:
+            parquet = pq.ParquetFile(handle)
+            meta = parquet.metadata
+            chunks = [meta.row_group(i).column(j) for i in range(meta.num_row_groups) for j in range(meta.num_columns)]
+            unpacked = sum(chunk.total_uncompressed_size for chunk in chunks)  # dictionary pages included
+            if unpacked > MAX_METRICS_BYTES or meta.num_rows > MAX_METRICS_ROWS:
+                raise InputFileError(
+                    f"{path}: {meta.num_rows} rows, {unpacked} bytes uncompressed: more than a metrics file holds "
+                    f"({MAX_METRICS_ROWS} rows, {MAX_METRICS_BYTES} bytes)"
+                )
+            wanted = [c for c in ("stage", "wall_s", "peak_rss_gb") if c in parquet.schema_arrow.names]
+            return parquet.read(columns=wanted).to_pandas()
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputFileError(f"{path}: not a readable metrics file ({exc})") from None
+
+
 def _base_model_dir(config: dict[str, Any]) -> Path | None:
     """The base model directory a training run's config names, if it can still be resolved."""
     try:
@@ -107,7 +138,7 @@ def training_cost(train_dir: str | Path, stage: str) -> TrainingCost | None:
     manifest = read_manifest(directory)
     if manifest.get("kind") != TRAIN_KIND or not (directory / METRICS_FILE).is_file():
         return None
-    metrics = pd.read_parquet(directory / METRICS_FILE)
+    metrics = read_metrics(directory / METRICS_FILE)
     positions = [i for i, name in enumerate(metrics["stage"]) if name == stage]
     if not positions:
         return None

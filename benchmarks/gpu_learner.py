@@ -13,8 +13,8 @@ folder) into ``/tmp/gpu`` and checks it; ``run`` rebuilds the files, checks ever
 Python version, installs the wheelhouse into ``/tmp/gpu/site`` (never the system site-packages), and
 from a bare venv that sees it and the device's own torch (``/tmp/gpu/venv``) runs ``python -m
 contractrl train`` (``stages=[sft]``, a few steps, ``resources.learner_gpus=1`` on
-a GPU, bf16 weights there by ``model.dtype=auto``, DeepSpeed wrapping torch's AdamW, so nothing is
-JIT-compiled), then writes step time, tokens/s, peak GPU memory and the run's ``metrics.parquet``
+a GPU, bf16 weights there by ``model.dtype=auto``, DeepSpeed wrapping torch's AdamW, so no optimizer
+op is JIT-compiled), then writes step time, tokens/s, peak GPU memory and the run's ``metrics.parquet``
 to ``--out``. Without a GPU the same path runs on the CPU (how it is tested here).
 
     python benchmarks/gpu_learner.py prepare --out .gpu                 # here; prints the plan

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "contractrl"
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"", "errors", "files", "configtree"}),  # "" is contractrl/__init__.py (the version)
     frozenset({"validators"}),
-    frozenset({"io", "wheels", "demo"}),
+    frozenset({"io", "wheels", "carry", "demo"}),
     frozenset({"tasks"}),
     frozenset({"rollout"}),
     frozenset({"evidence"}),

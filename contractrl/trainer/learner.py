@@ -251,6 +251,7 @@ class Learner:
             "grad_norm": grad_norm,
             "lr": engine.lr(),
             "peak_rss_bytes": float(peak_resident_bytes()),
+            **self._peak_gpu(),
         }
 
     def grpo_step(self, samples: Sequence[PolicySample], token_denominator: float) -> dict[str, float]:
@@ -293,7 +294,18 @@ class Learner:
         sums["lr"] = engine.lr()
         release_memory()
         sums["peak_rss_bytes"] = float(peak_resident_bytes())
+        sums.update(self._peak_gpu())
         return sums
+
+    def _peak_gpu(self) -> dict[str, float]:
+        """The most GPU memory torch has allocated on this rank so far (``peak_gpu_bytes``): on a
+        GPU the resident set says nothing of the weights, activations and optimizer state. Nothing
+        on a CPU, so CPU runs' metrics keep their columns."""
+        if self.device != "cuda":
+            return {}
+        import torch
+
+        return {"peak_gpu_bytes": float(torch.cuda.max_memory_allocated())}
 
     def _reference_logprobs(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Any:
         """Log-probs under the reference policy: the base model with the adapter switched off, or a

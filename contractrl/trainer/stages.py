@@ -101,6 +101,12 @@ class Stage(Protocol):
         ...
 
 
+def peak_gpu(stats: dict[str, float]) -> dict[str, float]:
+    """``peak_gpu_gb`` when the learners ran on GPUs (summed over ranks, as ``peak_rss_gb`` is); no
+    column at all on a CPU, where it would be a column of nulls in every CPU run's metrics."""
+    return {"peak_gpu_gb": stats["peak_gpu_bytes"] / 1e9} if "peak_gpu_bytes" in stats else {}
+
+
 def freeze(config: TrainConfig, run_dir: Path, episodes: Sequence[Episode], extra: dict[str, Any]) -> str:
     """Write ``episodes`` to a fresh ledger under ``run_dir`` and return its digest (a leftover of
     an interrupted step is replaced, so it is redone)."""
@@ -174,6 +180,7 @@ class SFTStage:
             "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "wall_s": elapsed,
             "peak_rss_gb": stats["peak_rss_bytes"] / 1e9,
+            **peak_gpu(stats),
         }
 
 
@@ -327,6 +334,7 @@ def grpo_metrics(
         "tokens_per_s": tokens / rollout_s if rollout_s > 0 else 0.0,
         "wall_s": elapsed,
         "peak_rss_gb": stats["peak_rss_bytes"] / 1e9 if "peak_rss_bytes" in stats else None,
+        **peak_gpu(stats),
     }
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from contractrl.analysis.join import join_runs, read_episodes
 from contractrl.analysis.plots import PLOTS
+from contractrl.analysis.report import TABLE_NAMES
 from contractrl.analysis.tables import TABLES, build_tables, calibration, p95, summarize, trajectories, with_system
 from contractrl.experiments.studies import StudySetup, budget_study, chain_cases, evaluate, horizon_study, rebudget
 from contractrl.rollout.policies import HeuristicPolicy, ReplayPolicy
@@ -448,13 +449,14 @@ def test_report_of_a_small_real_run(tmp_path: Path) -> None:
 
     out = tmp_path / "report"
     assert result["runs"] == 6 + 5 + 5 + 2 + 1  # 6 rollouts, 5 feedback variants, 5 budgets, horizons 1 and 3, noise
-    assert {Path(p).stem for p in result["tables"]} == set(TABLES)
-    for name in TABLES:
+    assert {Path(p).stem for p in result["tables"]} == set(TABLE_NAMES) == {*TABLES, "scaling"}
+    for name in TABLE_NAMES:
         frame = pd.read_parquet(out / "tables" / f"{name}.parquet")
         assert (out / "tables" / f"{name}.md").read_text().startswith("# ")
         if name != "transfer":  # the transfer study trains five policies; tested on its own
             assert len(frame) > 0, name
-            assert "case_family" in frame.columns, name  # rows never pool families
+            # rows never pool families, or say how many they pool (the scaling table: one figure a size)
+            assert "case_family" in frame.columns or "families" in frame.columns, name
     for name in PLOTS:
         assert (out / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     episodes = pd.read_parquet(out / "episodes.parquet")

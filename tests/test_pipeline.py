@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 
 from contractrl.analysis.plots import PLOTS
-from contractrl.analysis.report import discover
-from contractrl.analysis.tables import TABLES
+from contractrl.analysis.report import TABLE_NAMES, discover
 from contractrl.configtree import to_dict
 from contractrl.errors import ConfigError
 from contractrl.pipeline import TINY_NOTE, load_main_job_config
@@ -69,7 +68,7 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     for run in [*runs, *batches]:
         read_ledger(run, require_frozen=True)
         digests[run] = json.loads((run / "manifest.json").read_text())["ledger_sha256"]
-    for name in TABLES:
+    for name in TABLE_NAMES:
         assert (out / "report" / "tables" / f"{name}.parquet").is_file()
     assert all((out / "report" / "plots" / f"{name}.png").is_file() for name in PLOTS)
     assert len(pd.read_parquet(out / "report" / "tables" / "paired.parquet")) > 0

@@ -65,7 +65,7 @@ def test_readme_commands_run_as_documented(tmp_path: Path) -> None:
         if argv[1] == "train" and "--print-config" in argv:
             assert "kl_coef: 0.02" in proc.stdout
         if argv[1] == "tune":
-            assert json.loads(proc.stdout)["trials"] == 9
+            assert json.loads(proc.stdout)["trials"] == 4  # the LoRA-rank sweep docs/training.md checks
         if argv[1] == "screen":
             result = json.loads(proc.stdout)
             assert result["cases"] == result["schema_valid"] == result["object_match"] == 64

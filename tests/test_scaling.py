@@ -78,6 +78,7 @@ def _episodes(model: str, run: str, successes: list[bool], latency: float) -> pd
             "arm": "patch_sft",
             "run": run,
             "case_id": [f"c{i}" for i in range(n)],
+            "case_family": ["wrong_type", "unrepairable"] * (n // 2) + ["wrong_type"] * (n % 2),
             "seed": 0,
             "sample": 0,
             "semantic_success": successes,
@@ -99,7 +100,7 @@ def test_every_size_is_compared_with_the_smallest_on_the_same_cases(tmp_path: Pa
     table = scaling(pd.concat([large, small, other]), costs, resamples=2000)
     frame = table.frame.set_index("model")
     assert list(frame.index) == ["large/lora-r16", "small/lora-r16"]
-    assert frame.loc["small/lora-r16", "semantic_success_mean"] == 0.5
+    assert frame.loc["small/lora-r16", "semantic_success_mean"] == 0.5 and frame.loc["small/lora-r16", "families"] == 2
     assert frame.loc["small/lora-r16", "semantic_success_ci_low"] < 0.5 < frame.loc["small/lora-r16", "semantic_success_ci_high"]
     assert frame.loc["large/lora-r16", "baseline"] == "small/lora-r16" and frame.loc["large/lora-r16", "pairs"] == 20
     assert frame.loc["large/lora-r16", "difference_mean"] == 0.5 and frame.loc["large/lora-r16", "ci_low"] > 0

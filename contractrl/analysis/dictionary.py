@@ -45,7 +45,12 @@ EPISODE_COLUMNS = _columns(
     ("episode_key", "str", "Unique key of the episode in the joined table: `run` + `/` + `episode_id`."),
     ("episode_id", "str", "The ledger's episode id, `case_id/arm/seed/sample`: unique within a run only."),
     ("case_id", "str", "The case the episode repaired."),
-    ("case_family", "str", "The corruption family of the case (tables never pool families)."),
+    (
+        "case_family",
+        "str",
+        "The corruption family of the case (the paper's tables never pool families; the overview and `scaling` say how "
+        "many they pool).",
+    ),
     ("tool", "str", "The tool whose call was repaired."),
     ("tool_family", "str", "The tool's family: file, calendar, database, http, code (built-in); bfcl, jsonschema (imported)."),
     ("arm", "str", "The prompt and answer format: contractrl, patch_sft, full_regen or constrained."),
@@ -132,7 +137,7 @@ TABLE_COLUMNS = _columns(
     ("episodes", "int64", "Episodes the row aggregates."),
     ("cases", "int64", "Distinct case ids the row aggregates."),
     ("seeds", "int64", "Distinct seeds the row aggregates."),
-    ("families", "int64", "Overview: distinct case families the row pools."),
+    ("families", "int64", "Overview, scaling: distinct case families the row pools."),
     ("trajectories", "int64", "horizon: chained trajectories the row aggregates."),
     ("first_cases", "int64", "horizon: distinct first cases of those trajectories."),
     ("pairs", "Int64", "paired, scaling: (case, seed, sample) units both sides ran."),

@@ -35,9 +35,12 @@ from .join import join_groups, read_episodes
 from .plots import Plot, write_plots
 from .scaling import scaling, training_costs
 from .systems import BUILT_IN, slice_labels, with_system
-from .tables import DEFAULT_THRESHOLDS, Table, build_tables, p95
+from .tables import DEFAULT_THRESHOLDS, TABLES, Table, build_tables, p95
 
 EPISODES_FILE = "episodes.parquet"
+# every table a report writes: the paper's tables from the episodes, then the scaling table, which
+# also reads the evaluated training runs (scaling.py)
+TABLE_NAMES: tuple[str, ...] = (*TABLES, "scaling")
 OVERVIEW_FILE = "overview.parquet"
 
 
@@ -317,4 +320,4 @@ def _write_index(
     return path
 
 
-__all__ = ["BUILT_IN", "EPISODES_FILE", "Report", "build_report", "discover", "slices", "standing", "summary"]
+__all__ = ["BUILT_IN", "EPISODES_FILE", "TABLE_NAMES", "Report", "build_report", "discover", "slices", "standing", "summary"]

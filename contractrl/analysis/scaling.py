@@ -49,6 +49,7 @@ COLUMNS = (
     *KEYS,
     "params",
     "episodes",
+    "families",
     "semantic_success_mean",
     "semantic_success_ci_low",
     "semantic_success_ci_high",
@@ -182,6 +183,7 @@ def scaling(episodes: pd.DataFrame, costs: dict[str, TrainingCost] | None = None
                 "arm": arm,
                 "params": cost.params if cost else None,
                 "episodes": summary["n"],
+                "families": group["case_family"].nunique(),
                 "semantic_success_mean": summary["success"],
                 "semantic_success_ci_low": summary["ci_low"],
                 "semantic_success_ci_high": summary["ci_high"],
@@ -192,7 +194,7 @@ def scaling(episodes: pd.DataFrame, costs: dict[str, TrainingCost] | None = None
                 "peak_rss_gb": cost.peak_rss_gb if cost else None,
             }
         )
-    frame = pd.DataFrame(records, columns=list(COLUMNS[:13]))
+    frame = pd.DataFrame(records, columns=list(COLUMNS[:14]))
     frame = _against_smallest(frame, rows, resamples)
     return Table(
         "scaling",

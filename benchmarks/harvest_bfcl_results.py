@@ -23,15 +23,20 @@ import time
 from collections import Counter
 from typing import Any
 
+from tqdm import tqdm
+
 from contractrl.errors import ContractRLError
-from contractrl.experiments.bfcl_harvest import NON_LIVE, HarvestConfig, harvest
+from contractrl.experiments.bfcl_harvest import NON_LIVE, HarvestConfig, harvest, questions
 from contractrl.tasks.natural import NaturalSource
 
 
 def run(config: HarvestConfig) -> dict[str, Any]:
     """Harvest, then read the run back as a case source."""
     start = time.perf_counter()
-    written = harvest(config)
+    total = sum(len(questions(config, c)) for c in config.categories)
+    # a live bar on a terminal, a line every 30 s in a log: a 258-question run takes 10-15 min here
+    with tqdm(total=total, desc="answers", unit="q", file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 30.0) as bar:
+        written = harvest(config, progress=bar.update)
     elapsed = time.perf_counter() - start
     try:
         source = NaturalSource(written["out"])

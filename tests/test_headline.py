@@ -60,6 +60,13 @@ def test_cells_and_paired_differences() -> None:
     assert table["slices"]["bfcl_live"]["held_out"] and list(table["slices"]) == list(SLICES)
     with pytest.raises(ContractRLError, match="not a headline row or column"):
         headline(frame, {"oracle": "contractrl:replay"}, {})
+    # an extra row (the recipe on another model) follows the six and is paired like them
+    wider = headline(frame, systems, {"natural": "natural"}, extra={"larger": "contractrl:heuristic"}, resamples=200)
+    assert list(wider["systems"]) == [*SYSTEMS, "larger"] and wider["paired"]["larger"]["natural"]["diff"] == 0.5
+    with pytest.raises(ContractRLError, match="would replace headline rows"):
+        headline(frame, systems, {}, extra={"selector": "contractrl:heuristic"})
+    with pytest.raises(ContractRLError, match="--extra 'Selector=x'"):
+        headline_runs._extra(["Selector=x"])
     with pytest.raises(ContractRLError, match="no 'probes' column"):
         headline(frame.drop(columns="probes"), systems, {})
 

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contractrl.rollout.env import RepairEnv, contract_for
+from contractrl.rollout.grounding import invents
 from contractrl.rollout.shield import MAX_ENUMERATED, Choice, Probe, choose, enumerated_answers, probe
 from contractrl.tasks.arms import ARMS, arm_spec
 from contractrl.tasks.cases import ABSTAIN
@@ -68,7 +69,9 @@ def test_a_committed_answer_is_never_one_the_contract_refuses(decision: tuple) -
     assert Code(record.outcome) not in _REFUSED, (committed, record.outcome)
     if env.log.dispatched is not None:  # the reference validator agrees with what went out
         jsonschema.validate(env.log.dispatched, case.schema)
-    if any(p.accepted for p in probes):  # an accepted answer goes out unless the policy itself abstains
+    if env.log.dispatched is not None:  # nothing the request, the call and the schema do not state was added
+        assert not invents(case.candidate, env.log.dispatched, case.request, case.schema)
+    if any(p.accepted and not p.invents for p in probes):  # a grounded accepted answer goes out unless the policy abstains
         abstains = [s for s, p in zip(scores, probes, strict=True) if p.outcome in (Code.ABSTAIN, Code.REFUSAL)]
         if not abstains or max(abstains) < math.log(0.5):
             assert choice.tier == "accepted" and env.log.dispatched is not None

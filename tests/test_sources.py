@@ -19,9 +19,10 @@ from contractrl.rollout.runner import EpisodeRunner, LocalPool
 from contractrl.tasks.audit import audit
 from contractrl.tasks.bfcl import bfcl_accepts
 from contractrl.tasks.cases import ABSTAIN, Case
+from contractrl.tasks.contrast import contrast_case
 from contractrl.tasks.demonstrations import gold_answer
 from contractrl.tasks.generate import GenerateConfig, generate_cases
-from contractrl.tasks.offline import read_cases
+from contractrl.tasks.offline import read_cases, semantic_outcome
 from contractrl.tasks.sources import IMPORTED_FAMILIES, BfclSource, JsonSchemaSource, redact, source_families
 from contractrl.validators import Verifier
 
@@ -146,6 +147,30 @@ def test_repairable_requests_are_the_users_own_question() -> None:
         if case.public.family != "unrepairable":
             assert "[not given]" not in case.public.request
         assert case.public.request.strip(), case.public.case_id
+
+
+def test_an_unrepairable_bfcl_case_is_its_question_with_the_value_taken_out_and_its_twin_the_question() -> None:
+    """A withheld value no spelling of which was found in the question ("New York" for
+    America/New_York) may still be stated in the person's words, so that call is not an
+    unrepairable case; every one that is has a minimal contrast, the question as written, which
+    the redaction turns back into the case's request and whose repair BFCL accepts."""
+    cases = _cases(n=440)
+    unrepairable = [c for c in cases if c.public.family == "unrepairable"]
+    assert len(unrepairable) >= 20
+    for case in unrepairable:
+        stated = case.offline.corruption["stated"]
+        key, value = case.offline.corruption["withheld"], case.offline.corruption["withheld_value"]
+        assert "[not given]" in case.public.request and "[not given]" not in stated["request"]
+        assert redact(stated["request"], value) == case.public.request
+        twin = contrast_case(case)
+        assert twin is not None and twin.public.request == stated["request"]
+        assert twin.public.family == "missing_required" and twin.public.report == case.public.report
+        assert twin.offline.target == {**case.public.candidate, key: value}
+        assert twin.offline.expected == stated["expected"] and stated["expected"]["abstain"] is False
+        assert semantic_outcome(twin.public, twin.offline, twin.offline.target, abstained=False).success
+        assert not semantic_outcome(twin.public, twin.offline, None, abstained=True).success
+    assert all("stated" not in c.offline.corruption for c in cases if c.public.family != "unrepairable")
+    assert all(contrast_case(c) is None for c in _cases("jsonschema"))
 
 
 def _write_parallel_entry(folder: Path) -> None:

@@ -137,7 +137,8 @@ def test_the_contrast_of_an_unrepairable_case_differs_from_it_in_the_request_alo
         # keyed as case generation keys a case of its tool that ends where it ends
         assert off.cluster == cluster_key(pub.tool, off.target, pub.candidate) != case.offline.cluster
     assert all(contrast_case(c, form) is None for c in cases if c.public.family != "unrepairable")
-    # an imported tool's request is a person's words: no catalog clause to append, no sandbox
+    # an imported tool's request is a person's words: no catalog clause to append, no sandbox; its
+    # contrast is the request as the person wrote it, kept by the source (tests/test_sources.py)
     imported = dataclasses.replace(unrepairable[0], public=dataclasses.replace(unrepairable[0].public, tool="bfcl_lookup"))
     assert contrast_case(imported, form) is None
     with pytest.raises(ConfigError, match="unknown contrast form 'inline'"):

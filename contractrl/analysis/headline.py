@@ -80,16 +80,23 @@ def headline(
     systems: Mapping[str, str],
     slices: Mapping[str, str],
     *,
+    extra: Mapping[str, str] | None = None,
     resamples: int = 10_000,
     seed: int = 0,
 ) -> dict[str, Any]:
     """The table from joined episodes. ``systems`` maps a headline row (:data:`SYSTEMS`) to the
     ``system`` label of its episodes (``contractrl:hf@grpo``), ``slices`` a headline column
     (:data:`SLICES`) to the ``slice`` label of its episodes (``bfcl:live_simple``); rows and
-    columns not mapped stay in the table, empty."""
+    columns not mapped stay in the table, empty. ``extra`` adds rows after the six under names of
+    their own (the same recipe on a larger model, say): ContractRL is paired with them too."""
+    extra = dict(extra or {})
     unknown = sorted((set(systems) - set(SYSTEMS)) | (set(slices) - set(SLICES)))
     if unknown:
         raise ContractRLError(f"not a headline row or column: {unknown}; rows {', '.join(SYSTEMS)}; columns {', '.join(SLICES)}")
+    if clash := sorted(set(extra) & set(SYSTEMS)):
+        raise ContractRLError(f"extra rows {clash} would replace headline rows; name them apart from {', '.join(SYSTEMS)}")
+    systems = {**systems, **extra}
+    names = (*SYSTEMS, *extra)
     for column in ("system", "slice", "semantic_success", "generated_tokens", "probes", "collateral", "latency_s"):
         if column not in episodes.columns:
             raise ContractRLError(f"the episodes have no {column!r} column: join the runs first (analysis/join.py)")
@@ -99,10 +106,10 @@ def headline(
             return episodes.iloc[0:0]
         return episodes[(episodes["system"] == systems[system]) & (episodes["slice"] == slices[slice_name])]
 
-    table = {s: {c: cell(rows(s, c), resamples=resamples, seed=seed) for c in SLICES} for s in SYSTEMS}
+    table = {s: {c: cell(rows(s, c), resamples=resamples, seed=seed) for c in SLICES} for s in names}
     pairs = {
         s: {c: paired(rows(REFERENCE, c), rows(s, c), resamples=resamples, seed=seed) for c in SLICES}
-        for s in SYSTEMS
+        for s in names
         if s != REFERENCE
     }
     return {

@@ -15,14 +15,16 @@ them from ``contractrl rollout ... --label condition=<slice>`` (a run with no co
 
     python benchmarks/bench_headline.py RUN_DIR... --cases CASE_DIR... \
         --system heuristic=contractrl:heuristic --system contractrl=contractrl:hf@grpo \
-        --slice builtin_paraphrase=built-in --slice natural=natural [--out benchmarks/results/headline.json] [--json]
+        --slice builtin_paraphrase=built-in --slice natural=natural [--extra NAME=LABEL] \
+        [--out benchmarks/results/headline.json] [--json]
 
-A row or column not named stays in the table with ``n`` 0.
+A row or column not named stays in the table with ``n`` 0; ``--extra`` rows follow the six.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -47,13 +49,28 @@ def _pairs(items: list[str] | None, allowed: tuple[str, ...], what: str) -> dict
     return out
 
 
+def _extra(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, label = item.partition("=")
+        if not sep or not re.fullmatch(r"[a-z][a-z0-9_]*", key) or key in SYSTEMS or not label:
+            raise ContractRLError(f"--extra {item!r}: give NAME=LABEL with a new row NAME ([a-z0-9_], not {', '.join(SYSTEMS)})")
+        out[key] = label
+    return out
+
+
 def table(
-    run_dirs: list[str], case_dirs: list[str], systems: dict[str, str], columns: dict[str, str], resamples: int
+    run_dirs: list[str],
+    case_dirs: list[str],
+    systems: dict[str, str],
+    columns: dict[str, str],
+    resamples: int,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Join the runs to their cases (in-process) and compute the headline table."""
     with tempfile.TemporaryDirectory(prefix="headline-") as scratch:
         episodes = read_episodes(join_runs(run_dirs, case_dirs, scratch, use_ray=False))
-    return headline(episodes.assign(slice=slice_labels(episodes)), systems, columns, resamples=resamples)
+    return headline(episodes.assign(slice=slice_labels(episodes)), systems, columns, extra=extra, resamples=resamples)
 
 
 def main(argv: list[str] | None = None, *, default_out: Path = DEFAULT_OUT) -> int:
@@ -62,13 +79,21 @@ def main(argv: list[str] | None = None, *, default_out: Path = DEFAULT_OUT) -> i
     parser.add_argument("--cases", action="append", required=True, help="a case set the runs were made from (repeatable)")
     parser.add_argument("--system", action="append", help=f"ROW=SYSTEM-LABEL, ROW one of {', '.join(SYSTEMS)}")
     parser.add_argument("--slice", action="append", help=f"COLUMN=SLICE-LABEL, COLUMN one of {', '.join(SLICES)}")
+    parser.add_argument(
+        "--extra", action="append", help="NAME=SYSTEM-LABEL: one more row after the six (the recipe on a larger model)"
+    )
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     parser.add_argument("--out", default=str(default_out))
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args(argv)
     try:
         result = table(
-            args.runs, args.cases, _pairs(args.system, SYSTEMS, "system"), _pairs(args.slice, SLICES, "slice"), args.resamples
+            args.runs,
+            args.cases,
+            _pairs(args.system, SYSTEMS, "system"),
+            _pairs(args.slice, SLICES, "slice"),
+            args.resamples,
+            _extra(args.extra),
         )
     except ContractRLError as exc:
         print(f"bench_headline: {exc}", file=sys.stderr)
@@ -76,8 +101,7 @@ def main(argv: list[str] | None = None, *, default_out: Path = DEFAULT_OUT) -> i
     out = write_result(result, args.out, echo=args.json)
     if not args.json:
         print(f"{'system':<12}" + "".join(f"{c:>22}" for c in SLICES))
-        for system in SYSTEMS:
-            cells = result["systems"][system]
+        for system, cells in result["systems"].items():
             text = [f"{cells[c]['success']:.3f} (n={cells[c]['n']})" if cells[c]["n"] else "-" for c in SLICES]
             print(f"{system:<12}" + "".join(f"{t:>22}" for t in text))
         print(f"written to {out}")

@@ -144,6 +144,11 @@ def _answer(model: Any, tokenizer: Any, entries: list[BfclEntry], max_new_tokens
     ]
 
 
+def questions(config: HarvestConfig, category: str) -> list[BfclEntry]:
+    """The questions of ``category`` that ``config`` answers: its first ``config.limit``."""
+    return load_bfcl(category_dir(category) / CATEGORIES[category])[: config.limit]
+
+
 def harvest(config: HarvestConfig, progress: Any = None) -> dict[str, Any]:
     """Answer the first ``config.limit`` questions of each category and write the result files.
 
@@ -154,8 +159,7 @@ def harvest(config: HarvestConfig, progress: Any = None) -> dict[str, Any]:
     out = config.out_dir()
     files: dict[str, Any] = {}
     for category in config.categories:
-        data = category_dir(category)
-        entries = load_bfcl(data / CATEGORIES[category])[: config.limit]
+        entries = questions(config, category)
         rows: list[dict[str, Any]] = []
         for start in range(0, len(entries), config.batch_size):
             batch = entries[start : start + config.batch_size]
@@ -180,6 +184,7 @@ __all__ = [
     "greedy_replies",
     "harvest",
     "messages",
+    "questions",
     "result_path",
     "system_prompt",
 ]

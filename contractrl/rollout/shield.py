@@ -16,6 +16,12 @@ attempt is spent), and then commits by :func:`choose`:
    more);
 4. else ABSTAIN: an inadmissible or certainly rejected answer is never sent.
 
+In 2 and 3 a candidate that adds a member with a value the public evidence does not state
+(:mod:`.grounding`: not in the request beside what the call's other members take from it, not
+freed from the call, not among the schema's values) does not count: the verifier
+accepts an invented value as readily as a stated one, and this is the rule that keeps one from
+reaching the tool.
+
 The enumerated candidates are built at the report's pointers and, after one more probe that
 re-checks the current call (:func:`recheck`), at the pointers the public verifier itself names: a
 report handed to the policy may point at the wrong place or be garbled (the noisy-feedback
@@ -49,6 +55,7 @@ from ..validators.patch import PatchAction, parse_action
 from ..validators.report import VerifierError
 from ..validators.strict_json import parse_response
 from .candidates import enumerate_candidates
+from .grounding import invents
 from .known_rejected import known_rejected
 
 # outcomes that mean the contract would not even apply the answer: the action mask's codes and
@@ -72,6 +79,7 @@ class Probe:
     admissible: bool
     accepted: bool
     seen_rejected: bool  # leads to a text or object this episode has already seen rejected
+    invents: bool = False  # adds a member whose value the public evidence for it does not state (grounding.py)
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,9 @@ def probe(contract: RepairContract, case: PublicCase, state: PublicState, text: 
     accepted = result.accepted_object is not None
     admissible = accepted or outcome not in _INADMISSIBLE
     seen = not accepted and admissible and known_rejected(text, case, state, arm)
-    return Probe(outcome, admissible=admissible, accepted=accepted, seen_rejected=seen)
+    after = result.accepted_object if accepted else result.patched
+    invented = admissible and invents(state.candidate, after, case.request, case.schema)
+    return Probe(outcome, admissible=admissible, accepted=accepted, seen_rejected=seen, invents=invented)
 
 
 def choose(texts: Sequence[str], scores: Sequence[float], probes: Sequence[Probe], attempts_left: int) -> Choice:
@@ -103,11 +113,15 @@ def choose(texts: Sequence[str], scores: Sequence[float], probes: Sequence[Probe
     abstain = [i for i in range(n) if probes[i].outcome in _ENDS]
     if abstain and max(scores[i] for i in abstain) >= _HALF:
         return Choice(_best(abstain, scores), n, "abstain")
-    accepted = [i for i in range(n) if probes[i].accepted]
+    accepted = [i for i in range(n) if probes[i].accepted and not probes[i].invents]
     if accepted:
         return Choice(_best(accepted, scores), n, "accepted")
     if attempts_left > 1:
-        hopeful = [i for i in range(n) if probes[i].admissible and not probes[i].seen_rejected and i not in abstain]
+        hopeful = [
+            i
+            for i in range(n)
+            if probes[i].admissible and not probes[i].seen_rejected and not probes[i].invents and i not in abstain
+        ]
         if hopeful:
             return Choice(_best(hopeful, scores), n, "admissible")
     return Choice(_best(abstain, scores) if abstain else None, n, "abstain")

@@ -14,6 +14,10 @@ the renderer writes does: a policy trained on many such pairs learned that place
 of the request in the renderer's own forms, joined like the others, at a place seeded by the case
 id (:func:`~contractrl.tasks.requests.add_clause`), so the value's presence is the only cue.
 
+A BFCL case's request is a person's question with the value redacted (``[not given]``); its
+contrast is that question as the person wrote it, recorded in the case's offline half when the case
+is made, so a model that reads words (the Qwen rungs) is shown both sides of the same question.
+
 SFT learns from it as a demonstration (``experimental.contrast.sft``); GRPO rolls it out in the same
 step as its unrepairable case (``experimental.contrast.grpo``), so within one update abstaining is
 paid on one side and charged on the other. It is a complete case with its own id and offline half,
@@ -27,6 +31,7 @@ import dataclasses
 import hashlib
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import ConfigError
 from ..validators.jsonvalue import canonical_json
@@ -42,16 +47,23 @@ CONTRAST_FORMS = ("appended", "clause")
 
 
 def contrast_case(case: Case, form: str = "appended", *, index: int | None = None) -> Case | None:
-    """The minimal contrast of an unrepairable built-in case, or None for any other case (another
-    family, or an imported tool, whose request is a person's own words and not the catalog's
-    clauses, and which has no sandbox to say what the repaired call does). ``index`` puts a
-    ``clause`` form's clause at that place among the request's clauses instead of the seeded one
-    (``benchmarks/twin_margin.py --stated``)."""
+    """The minimal contrast of an unrepairable case, or None for any other case.
+
+    A case from people's own words (BFCL) carries its contrast in the offline half (``stated``, by
+    :func:`~contractrl.tasks.sources.stated_contrast`): the question as the user wrote it, before
+    the value was redacted, whatever ``form`` says. A built-in case's request is the catalog's own
+    clauses, so ``form`` writes the value in; ``index`` puts a ``clause`` form's clause at that
+    place among the request's clauses instead of the seeded one (``benchmarks/twin_margin.py
+    --stated``). Other imported cases (JSON Schema corpora) have neither and get None.
+    """
     if form not in CONTRAST_FORMS:
         raise ConfigError(f"unknown contrast form {form!r}; choose from {', '.join(CONTRAST_FORMS)}")
     withheld = case.offline.corruption.get("withheld")
     if case.public.family != "unrepairable" or not isinstance(withheld, str) or not isinstance(case.public.candidate, dict):
         return None
+    stated = case.offline.corruption.get("stated")
+    if isinstance(stated, dict):
+        return _twin(case, withheld, str(stated["request"]), stated["expected"])
     try:
         spec = get_tool(case.public.tool)
     except ConfigError:
@@ -72,6 +84,15 @@ def contrast_case(case: Case, form: str = "appended", *, index: int | None = Non
         )
         if request is None:  # not a request the catalog's renderer wrote (edited on disk): no minimal contrast
             return None
+    return _twin(case, withheld, request, expected)
+
+
+def _twin(case: Case, withheld: str, request: str, expected: dict[str, Any]) -> Case:
+    """The contrast: ``case`` with ``request`` and the withheld member added back as its repair."""
+    assert isinstance(case.public.candidate, dict)
+    value = case.offline.corruption["withheld_value"]
+    target = {**case.public.candidate, withheld: value}
+    case_id = case.public.case_id + CONTRAST_SUFFIX
     public = dataclasses.replace(case.public, case_id=case_id, family=CONTRAST_FAMILY, request=request)
     pointer = format_pointer([withheld])
     offline = OfflineCase(
@@ -79,7 +100,7 @@ def contrast_case(case: Case, form: str = "appended", *, index: int | None = Non
         target=target,
         target_patch=[{"op": "add", "path": pointer, "value": value}],
         expected=expected,
-        cluster=cluster_key(spec.name, target, case.public.candidate),
+        cluster=cluster_key(case.public.tool, target, case.public.candidate),
         corruption={"family": CONTRAST_FAMILY, "expect": [["missing_required", pointer]], "contrast_of": case.public.case_id},
     )
     return Case(public, offline)

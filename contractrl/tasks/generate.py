@@ -22,7 +22,7 @@ from .cases import ABSTAIN, Case, OfflineCase, PublicCase, cluster_key
 from .catalog import TOOL_FAMILIES, tools_of
 from .corruptions import CORRUPTION_FAMILIES, Corruption, corrupt
 from .natural import NaturalSource, failure_case
-from .sources import BUILTIN, CallSource, SourceCall, check_source, make_source, source_families
+from .sources import BUILTIN, CallSource, SourceCall, check_source, make_source, source_families, stated_contrast
 from .spec import ToolSpec
 
 MAX_DRAWS = 200
@@ -146,6 +146,11 @@ class CaseGenerator:
         )
         if "withheld_value" in c.detail and _leaks(public, c.detail["withheld_value"]):
             return None
+        stated = stated_contrast(self.source, call, c)
+        if stated is not None and stated["request"] == request:
+            # no spelling of the withheld value was found to take out, so the person's own words may
+            # still state it ("New York" for America/New_York): not a case that must abstain
+            return None
         offline = OfflineCase(
             case_id=case_id,
             target=c.target,
@@ -157,6 +162,7 @@ class CaseGenerator:
                 **c.detail,
                 **({"schema_version": c.schema_version} if c.schema_version else {}),
                 **({"request_style": self.config.request_style} if self.config.request_style != "verbatim" else {}),
+                **({"stated": stated} if stated is not None else {}),
             },
         )
         return Case(public, offline)

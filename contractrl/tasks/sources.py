@@ -14,6 +14,7 @@ corruption is applied, each case is a call the model really made (:mod:`.natural
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import re
@@ -68,6 +69,26 @@ class CallSource(Protocol):
     def expected(self, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
         """The offline expectation of the target, or None when this call cannot be a case."""
         ...
+
+
+def stated_contrast(source: CallSource, call: SourceCall, corruption: Corruption) -> dict[str, Any] | None:
+    """For a case whose request withholds a value (``corruption.omit``) from a source of people's own
+    words: the request as the person wrote it, the value stated, and what repairing it must achieve.
+
+    It is the minimal contrast's data (:mod:`.contrast`): the same call and report, the request the
+    only difference. It goes in the offline half (the request states the withheld value), so it
+    exists only where the source can give back the words it redacted; the built-in catalog writes
+    its requests itself and states a withheld value in a form of its own instead.
+    """
+    stated = getattr(source, "stated_request", None)
+    if not corruption.omit or corruption.target is not None or stated is None:
+        return None
+    target = {**corruption.candidate, **{key: call.args[key] for key in corruption.omit}}
+    repaired = dataclasses.replace(corruption, target=target, omit=())
+    expected = source.expected(call, repaired)
+    if expected is None:
+        return None
+    return {"request": stated(call, repaired), "expected": expected}
 
 
 class BuiltinSource:
@@ -239,9 +260,14 @@ class BfclSource(_ImportedSource):
         return SourceCall(spec, args, _pool(entry.id, index), question=question, possible=entry.ground_truth[index][name])
 
     def request(self, call: SourceCall, corruption: Corruption, rng: random.Random) -> str:
-        text = call.question
+        text = self.stated_request(call, corruption)
         for key in corruption.omit:  # the unrepairable family: the value is taken out of the question
             text = redact(text, call.args[key])
+        return text
+
+    def stated_request(self, call: SourceCall, corruption: Corruption) -> str:
+        """The user's question as written, every value stated (:func:`stated_contrast`)."""
+        text = call.question
         if corruption.tool_output is not None:
             text += f"{TOOL_OUTPUT_HEADING}{corruption.tool_output}"
         return text
@@ -423,4 +449,5 @@ __all__ = [
     "sandbox_expected",
     "source_calls",
     "source_families",
+    "stated_contrast",
 ]

@@ -182,7 +182,7 @@ def grpo_contrasts(cases: Sequence[Case], config: TrainConfig) -> list[Case]:
     if not twins:
         raise ConfigError(
             f"experimental.contrast.grpo: none of the {len(cases)} training cases is an unrepairable case of the "
-            "built-in catalog, the only cases with a minimal contrast"
+            "built-in catalog or of BFCL, the only cases with a minimal contrast"
         )
     return twins
 

@@ -1,0 +1,132 @@
+"""Grounding: a repair may add a member the call lacks only with a value the public evidence states.
+
+The verifier accepts any well-typed value for a missing required member, so it cannot tell a
+value read from the request from one the model invented; a model that reads words (the Qwen
+rungs) fills BFCL's redacted questions with plausible values, and an invented value reaches the
+tool as if the user had said it. The evidence a new value may come from is the public half the
+case offers, read for *that* member:
+
+- the request, less its ``[not given]`` markers (where BFCL's cases took a value out: a model
+  that copies the marker's words has invented them) and less what the repaired call's other
+  members already take from it: one occurrence
+  of each of their values is struck out, so "directions from New York to [not given]" grounds
+  ``start`` = "New York" but not ``end`` = "New York" beside it, nor a second use of a number the
+  request gives for another argument;
+- values the repair freed: what the call held at a place the repaired call no longer has (a
+  renamed or moved member carries its value with it);
+- the schema's own values (``enum``, ``const``, ``default``, ``examples``), not its prose.
+
+That is the evidence the unrepairable family is defined by (a value in neither the request, the
+call nor the schema: ``tasks/corruptions.py``), so the rule refuses what that family exists to
+catch and leaves every other repair alone: values replaced in place, members moved or renamed,
+booleans and nulls (a request states "avoid highways", not ``true``). Matching is lenient
+(case-insensitive substrings, a number or date in its usual spellings) because a false refusal
+costs an abstention where a false grounding sends a guess; a value a request states only in other
+words ("english" for a review written in English) is refused, and the shield then abstains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..tasks.requests import paraphrase_value
+from ..tasks.sources import REDACTED
+from ..validators.jsonvalue import canonical_json
+
+_SCHEMA_VALUE_KEYS = ("enum", "const", "default", "examples")
+
+
+def added_members(before: Any, after: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, value) of each member ``after`` has and ``before`` lacks, looking into objects both have."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return
+    for key, value in after.items():
+        if key not in before:
+            yield (*path, key), value
+        else:
+            yield from added_members(before[key], value, (*path, key))
+
+
+def leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, scalar) of every scalar inside ``value``; list positions are path entries too."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from leaves(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from leaves(item, (*path, str(index)))
+    else:
+        yield path, value
+
+
+def invents(before: Any, after: Any, request: str, schema: Any) -> bool:
+    """Whether going from ``before`` to ``after`` adds a member whose value the evidence for it
+    (the module docstring) does not state."""
+    added = list(added_members(before, after))
+    if not added:
+        return False
+    new_paths = [path for path, _ in added]
+    text = request.lower().replace(REDACTED, "\x00")  # a request that says "[not given]" states no value there
+    for path, value in leaves(after):
+        if not any(path[: len(new)] == new for new in new_paths):
+            text = _strike_one(text, value)
+    kept = {path for path, _ in leaves(after)}
+    freed = {_key(v) for path, v in leaves(before) if path not in kept}
+    allowed = freed | {_key(v) for v in schema_values(schema)}
+    return any(not _stated(v, text, allowed) for _, value in added for _, v in leaves(value))
+
+
+def schema_values(schema: Any) -> Iterator[Any]:
+    """Every scalar a schema names as a value (``enum``, ``const``, ``default``, ``examples``)."""
+    if isinstance(schema, dict):
+        for key, item in schema.items():
+            if key in _SCHEMA_VALUE_KEYS:
+                yield from (v for _, v in leaves(item))
+            else:
+                yield from schema_values(item)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from schema_values(item)
+
+
+def _stated(value: Any, text: str, allowed: set[str]) -> bool:
+    if isinstance(value, bool) or value is None or (isinstance(value, str) and not value.strip()):
+        return True
+    if _key(value) in allowed:
+        return True
+    return isinstance(value, (str, int, float)) and any(form in text for form in _spellings(value))
+
+
+def _strike_one(text: str, value: Any) -> str:
+    """``text`` less one occurrence of ``value``'s longest spelling found in it."""
+    if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
+        return text
+    for form in sorted(_spellings(value), key=len, reverse=True):
+        at = text.find(form) if form else -1
+        if at >= 0:
+            return text[:at] + "\x00" + text[at + len(form) :]
+    return text
+
+
+def _key(value: Any) -> str:
+    return canonical_json(value).lower()
+
+
+def _spellings(value: str | int | float) -> set[str]:
+    """How a request may state ``value``, lower-cased: as written, as JSON, as the catalog's
+    paraphrases write it ("twenty-four", "January 18, 2026"), an enum member with spaces for
+    underscores, a number with thousands separators or without a float's ``.0``."""
+    forms = {canonical_json(value), paraphrase_value(value, {})}
+    if isinstance(value, str):
+        forms |= {" ".join(value.split()), value.replace("_", " ")}
+    else:
+        forms.add(str(value))
+        if isinstance(value, float) and value.is_integer():
+            forms.add(str(int(value)))
+        if abs(value) >= 1000:
+            forms.add(f"{value:,}")
+    return {form.lower() for form in forms if form.strip()}
+
+
+__all__ = ["added_members", "invents", "leaves", "schema_values"]

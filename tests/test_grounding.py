@@ -8,17 +8,21 @@ with a character no evidence contains, so whether a repair invents is known befo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contractrl.experiments.grounding_refusals import refusals
 from contractrl.rollout.env import RepairEnv, contract_for
 from contractrl.rollout.grounding import added_members, invents, schema_values
 from contractrl.rollout.shield import choose, probe
 from contractrl.tasks.cases import ABSTAIN
 from contractrl.tasks.contrast import contrast_case
 from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.tasks.store import write_case_set
 from contractrl.validators.codes import Code
 
 MARK = "\u00a4"  # in no request, call or schema the tests build
@@ -132,3 +136,20 @@ def test_the_shield_abstains_rather_than_send_an_invented_value() -> None:
             assert choice.index == (0 if invented else 1) and verdicts[0].outcome is Code.ABSTAIN
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("style", ["verbatim", "paraphrase"])
+def test_no_gold_repair_of_the_catalog_is_refused(style: str, tmp_path: Path) -> None:
+    """The catalog's requests state every value a repair adds (in JSON or in the paraphrases'
+    words), so the rule refuses none of its gold repairs; ``benchmarks/grounding_refusals.py``
+    counts the same over a case set on disk."""
+    cases = generate_cases(GenerateConfig(seed=67, n=260, request_style=style))
+    repairs = [c for c in cases if c.offline.target is not None]
+    assert len(repairs) > 200
+    refused = [
+        c.public.case_id for c in repairs if invents(c.public.candidate, c.offline.target, c.public.request, c.public.schema)
+    ]
+    assert not refused
+    write_case_set(cases[:40], tmp_path / "cases", GenerateConfig(seed=67, n=40, request_style=style).to_dict())
+    result = refusals(tmp_path / "cases")
+    assert result["refused"] == 0 and result["repairs"] == sum(c.offline.target is not None for c in cases[:40])

@@ -7,11 +7,10 @@ tool as if the user had said it. The evidence a new value may come from is the p
 case offers, read for *that* member:
 
 - the request, less its ``[not given]`` markers (where BFCL's cases took a value out: a model
-  that copies the marker's words has invented them) and less what the repaired call's other
-  members already take from it: one occurrence
-  of each of their values is struck out, so "directions from New York to [not given]" grounds
-  ``start`` = "New York" but not ``end`` = "New York" beside it, nor a second use of a number the
-  request gives for another argument;
+  that copies the marker's words has invented them), where each use of the same value by another
+  member of the repaired call takes one of its mentions: "directions from New York to [not given]"
+  grounds ``start`` = "New York" but not ``end`` = "New York" beside it, nor a second use of a
+  number the request gives once for another argument;
 - values the repair freed: what the call held at a place the repaired call no longer has (a
   renamed or moved member carries its value with it);
 - the schema's own values (``enum``, ``const``, ``default``, ``examples``), not its prose.
@@ -27,6 +26,8 @@ words ("english" for a review written in English) is refused, and the shield the
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,13 +69,18 @@ def invents(before: Any, after: Any, request: str, schema: Any) -> bool:
         return False
     new_paths = [path for path, _ in added]
     text = request.lower().replace(REDACTED, "\x00")  # a request that says "[not given]" states no value there
-    for path, value in leaves(after):
-        if not any(path[: len(new)] == new for new in new_paths):
-            text = _strike_one(text, value)
+    # each use of a value by another member of the repaired call takes one of the request's mentions
+    used = Counter(_key(v) for path, v in leaves(after) if not any(path[: len(new)] == new for new in new_paths))
     kept = {path for path, _ in leaves(after)}
-    freed = {_key(v) for path, v in leaves(before) if path not in kept}
-    allowed = freed | {_key(v) for v in schema_values(schema)}
-    return any(not _stated(v, text, allowed) for _, value in added for _, v in leaves(value))
+    allowed = {_key(v) for path, v in leaves(before) if path not in kept} | {_key(v) for v in schema_values(schema)}
+    for _, value in added:
+        for _, leaf in leaves(value):
+            if _free(leaf) or _key(leaf) in allowed:
+                continue
+            if _mentions(leaf, text) <= used[_key(leaf)]:
+                return True
+            used[_key(leaf)] += 1
+    return False
 
 
 def schema_values(schema: Any) -> Iterator[Any]:
@@ -90,23 +96,18 @@ def schema_values(schema: Any) -> Iterator[Any]:
             yield from schema_values(item)
 
 
-def _stated(value: Any, text: str, allowed: set[str]) -> bool:
-    if isinstance(value, bool) or value is None or (isinstance(value, str) and not value.strip()):
-        return True
-    if _key(value) in allowed:
-        return True
-    return isinstance(value, (str, int, float)) and any(form in text for form in _spellings(value))
+def _free(value: Any) -> bool:
+    """Values a request states without spelling them: yes/no choices, nothing, an empty string."""
+    return isinstance(value, bool) or value is None or (isinstance(value, str) and not value.strip())
 
 
-def _strike_one(text: str, value: Any) -> str:
-    """``text`` less one occurrence of ``value``'s longest spelling found in it."""
-    if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
-        return text
-    for form in sorted(_spellings(value), key=len, reverse=True):
-        at = text.find(form) if form else -1
-        if at >= 0:
-            return text[:at] + "\x00" + text[at + len(form) :]
-    return text
+def _mentions(value: Any, text: str) -> int:
+    """How many times ``text`` states ``value``, in any of its spellings (non-overlapping: a
+    quoted mention is one mention, not one of the quotes and one of the words)."""
+    if not isinstance(value, (str, int, float)):
+        return 0
+    forms = sorted(_spellings(value), key=len, reverse=True)
+    return len(re.findall("|".join(map(re.escape, forms)), text)) if forms else 0
 
 
 def _key(value: Any) -> str:

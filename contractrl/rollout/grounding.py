@@ -33,7 +33,8 @@ from typing import Any
 
 from ..tasks.requests import paraphrase_value
 from ..tasks.sources import REDACTED
-from ..validators.jsonvalue import canonical_json
+from ..validators.jsonvalue import canonical_json, leaves
+from ..validators.pointer import format_pointer
 
 _SCHEMA_VALUE_KEYS = ("enum", "const", "default", "examples")
 
@@ -49,32 +50,22 @@ def added_members(before: Any, after: Any, path: tuple[str, ...] = ()) -> Iterat
             yield from added_members(before[key], value, (*path, key))
 
 
-def leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """(path, scalar) of every scalar inside ``value``; list positions are path entries too."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from leaves(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from leaves(item, (*path, str(index)))
-    else:
-        yield path, value
-
-
 def invents(before: Any, after: Any, request: str, schema: Any) -> bool:
     """Whether going from ``before`` to ``after`` adds a member whose value the evidence for it
     (the module docstring) does not state."""
     added = list(added_members(before, after))
     if not added:
         return False
-    new_paths = [path for path, _ in added]
+    new_pointers = [format_pointer(list(path)) for path, _ in added]
     text = request.lower().replace(REDACTED, "\x00")  # a request that says "[not given]" states no value there
+    after_leaves = leaves(after)
     # each use of a value by another member of the repaired call takes one of the request's mentions
-    used = Counter(_key(v) for path, v in leaves(after) if not any(path[: len(new)] == new for new in new_paths))
-    kept = {path for path, _ in leaves(after)}
-    allowed = {_key(v) for path, v in leaves(before) if path not in kept} | {_key(v) for v in schema_values(schema)}
+    used = Counter(_key(v) for pointer, v in after_leaves.items() if not any(_under(pointer, new) for new in new_pointers))
+    # held where the repaired call holds no value any more (gone, or an empty list or object now)
+    freed = [v for pointer, v in leaves(before).items() if _empty(after_leaves.get(pointer, []))]
+    allowed = {_key(v) for v in freed} | {_key(v) for v in schema_values(schema)}
     for _, value in added:
-        for _, leaf in leaves(value):
+        for leaf in leaves(value).values():
             if _free(leaf) or _key(leaf) in allowed:
                 continue
             if _mentions(leaf, text) <= used[_key(leaf)]:
@@ -84,11 +75,11 @@ def invents(before: Any, after: Any, request: str, schema: Any) -> bool:
 
 
 def schema_values(schema: Any) -> Iterator[Any]:
-    """Every scalar a schema names as a value (``enum``, ``const``, ``default``, ``examples``)."""
+    """Every leaf value a schema names (``enum``, ``const``, ``default``, ``examples``)."""
     if isinstance(schema, dict):
         for key, item in schema.items():
             if key in _SCHEMA_VALUE_KEYS:
-                yield from (v for _, v in leaves(item))
+                yield from leaves(item).values()
             else:
                 yield from schema_values(item)
     elif isinstance(schema, list):
@@ -97,8 +88,19 @@ def schema_values(schema: Any) -> Iterator[Any]:
 
 
 def _free(value: Any) -> bool:
-    """Values a request states without spelling them: yes/no choices, nothing, an empty string."""
-    return isinstance(value, bool) or value is None or (isinstance(value, str) and not value.strip())
+    """Values a request states without spelling them: yes/no choices, nothing, an empty string,
+    an empty list or object."""
+    if isinstance(value, str):
+        return not value.strip()
+    return isinstance(value, bool) or value is None or _empty(value)
+
+
+def _empty(value: Any) -> bool:
+    return isinstance(value, (list, dict)) and not value
+
+
+def _under(pointer: str, member: str) -> bool:
+    return pointer == member or pointer.startswith(member + "/")
 
 
 def _mentions(value: Any, text: str) -> int:
@@ -130,4 +132,4 @@ def _spellings(value: str | int | float) -> set[str]:
     return {form.lower() for form in forms if form.strip()}
 
 
-__all__ = ["added_members", "invents", "leaves", "schema_values"]
+__all__ = ["added_members", "invents", "schema_values"]

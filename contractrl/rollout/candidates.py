@@ -9,10 +9,13 @@ half, so a selector that wins has won on the same evidence. Sources, in the orde
 - ``request``: the value the request states for the argument at (or above) a reported pointer;
 - ``disagree``: an argument whose value in the failed call differs from what the request states,
   wherever the report points (the report may point at the wrong place);
-- ``enum``/``const``/``default``: the schema's own values at the pointer;
+- ``enum``/``const``/``default``: the schema's own values at the pointer (enum members the request
+  names first, then those closest to the current value);
 - ``convert``: a type conversion of the current value (``"3"`` -> 3, ``3`` -> ``"3"``, ``"true"`` ->
-  true, ``[x]`` -> x, x -> ``[x]``);
-- ``remove``/``rename``: an unexpected property removed, or moved to a missing required name;
+  true, ``[x]`` -> x, x -> ``[x]``, ``{"k": x}`` -> x);
+- ``remove``/``rename``: an unexpected property removed, or moved to a missing required name, or,
+  when it is an object holding the enclosing object's own properties (arguments wrapped one level
+  too deep, ``{"params": {"x": 1}}``), its members moved up and the wrapper removed;
 - ``combined``: the first candidate of each reported pointer in one patch, when the report has
   several and the operation budget allows.
 
@@ -154,9 +157,16 @@ def _conversions(value: Any) -> Iterator[Any]:
             yield int(value)
     elif isinstance(value, list) and len(value) == 1:
         yield value[0]
+    elif isinstance(value, dict) and len(value) == 1:
+        yield next(iter(value.values()))
 
 
-def _schema_values(schema: Any, tokens: Tokens, current: Any) -> Iterator[tuple[str, Any]]:
+def _mentions(request: str, member: str) -> bool:
+    """The request names an enum member as a word of its own, in any case ("the burger": BURGER)."""
+    return bool(member.strip()) and re.search(rf"(?<!\w){re.escape(member)}(?!\w)", request, re.IGNORECASE) is not None
+
+
+def _schema_values(schema: Any, tokens: Tokens, current: Any, request: str = "") -> Iterator[tuple[str, Any]]:
     for node in subschemas_at(schema, tokens):
         if not isinstance(node, dict):
             continue
@@ -165,12 +175,36 @@ def _schema_values(schema: Any, tokens: Tokens, current: Any) -> Iterator[tuple[
         members = node.get("enum")
         if isinstance(members, list) and members:
             texts = [m for m in members if isinstance(m, str)]
+            named = [m for m in texts if _mentions(request, m)]
             close = get_close_matches(current, texts, n=MAX_ENUM_OPTIONS, cutoff=0.0) if isinstance(current, str) else []
-            ordered = [*close, *(m for m in members if m not in close)]
-            for member in ordered[:MAX_ENUM_OPTIONS]:
+            ordered: dict[str, Any] = {}
+            for member in [*named, *close, *members]:
+                ordered.setdefault(canonical_json(member), member)
+            for member in list(ordered.values())[:MAX_ENUM_OPTIONS]:
                 yield "enum", member
         if "default" in node:
             yield "default", node["default"]
+
+
+def _hoist(schema: Any, candidate: Any, tokens: Tokens) -> tuple[dict[str, Any], ...]:
+    """Moves that lift an unexpected object's members into the enclosing object, then the wrapper's
+    removal: a call that wrapped its arguments one level too deep (``{"params": {"x": 1}}``) keeps
+    the values it had. Only members the enclosing object's schema names and the object lacks move;
+    () when none does."""
+    wrapper = resolve(candidate, tokens, _ABSENT)
+    parent = resolve(candidate, tokens[:-1], _ABSENT)
+    if not (isinstance(wrapper, dict) and isinstance(parent, dict)):
+        return ()
+    names: set[str] = set()
+    for node in subschemas_at(schema, tokens[:-1]):
+        if isinstance(node, dict) and isinstance(node.get("properties"), dict):
+            names.update(node["properties"])
+    moves = tuple(
+        {"op": "move", "from": format_pointer((*tokens, key)), "path": format_pointer((*tokens[:-1], key))}
+        for key in wrapper
+        if key in names and key not in parent
+    )
+    return (*moves, {"op": "remove", "path": format_pointer(tokens)}) if moves else ()
 
 
 def _at_pointer(case: PublicCase, state: PublicState, tokens: Tokens, code: str, stated: dict[str, Any]) -> Iterator[Candidate]:
@@ -183,6 +217,9 @@ def _at_pointer(case: PublicCase, state: PublicState, tokens: Tokens, code: str,
     if code == Code.ADDITIONAL_PROPERTY.value:
         path = format_pointer(tokens)
         yield Candidate("", "remove", ({"op": "remove", "path": path},))
+        hoisted = _hoist(case.schema, candidate, tokens)
+        if hoisted:
+            yield Candidate("", "rename", hoisted)
         if len(tokens) == 1 and isinstance(candidate, dict):
             required = case.schema.get("required", []) if isinstance(case.schema, dict) else []
             for name in required:
@@ -190,7 +227,7 @@ def _at_pointer(case: PublicCase, state: PublicState, tokens: Tokens, code: str,
                     yield Candidate("", "rename", ({"op": "move", "from": path, "path": format_pointer((name,))},))
         return
     current = resolve(candidate, tokens, _ABSENT)
-    for source, value in _schema_values(case.schema, tokens, current):
+    for source, value in _schema_values(case.schema, tokens, current, case.request):
         yield Candidate("", source, (_write(candidate, tokens, value),))
     if current is not _ABSENT:
         for value in _conversions(current):

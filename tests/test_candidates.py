@@ -1,0 +1,125 @@
+"""Enumerated candidates for the structural mistakes real models make (natural failures): arguments
+wrapped one level too deep, a value wrapped in a one-member object, an enum member the request
+names in other case. Each is checked by applying it, with the contract and with the reference RFC
+6902 implementation (jsonpatch), not by reading the candidate's text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonpatch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contractrl.rollout.candidates import enumerate_candidates
+from contractrl.rollout.env import RepairEnv
+from contractrl.tasks.cases import PublicCase
+from contractrl.validators.verifier import Verifier
+
+FOOD = {"type": "string", "enum": ["PIZZA", "BURGER", "SALAD", "SOUP", "STEAK", "TACO", "RAMEN"]}
+
+
+def _case(schema: dict[str, Any], candidate: Any, request: str, max_ops: int = 4) -> PublicCase:
+    verifier = Verifier.build(schema)
+    return PublicCase(
+        case_id="c1", family="multi_field", tool="t", tool_family="bfcl", schema=schema,
+        schema_sha256=verifier.schema.sha256, schema_version=1, contract={"rules": []}, request=request,
+        candidate=candidate, report=verifier.verify(candidate).to_dict(), immutable=(), max_attempts=2,
+        max_ops=max_ops, world_seed=0,
+    )  # fmt: skip
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def _accepted(case: PublicCase) -> dict[str, Any]:
+    """Candidate text -> the object the contract accepts it as; each checked against jsonpatch."""
+    env = RepairEnv(case)
+    state = env.reset()
+    found = {}
+    for candidate in enumerate_candidates(case, state, 16)[1:]:
+        result = env.contract.step(state, candidate.text)
+        if result.accepted_object is not None:
+            assert result.accepted_object == jsonpatch.apply_patch(case.candidate, json.loads(candidate.text))
+            found[candidate.text] = result.accepted_object
+    return found
+
+
+def test_wrapped_arguments_are_moved_up_with_their_values() -> None:
+    schema = _object({"food": FOOD, "url": {"type": "string"}}, ["food"])
+    case = _case(schema, {"params": {"food": "BURGER", "url": "https://x"}}, "switch from pizza to a burger")
+    assert {"food": "BURGER", "url": "https://x"} in _accepted(case).values()
+
+
+def test_a_wrapper_is_unwrapped_inside_a_nested_object() -> None:
+    schema = _object({"body": _object({"mode": {"type": "string"}, "temp": {"type": "integer"}}, ["mode"])}, ["body"])
+    case = _case(schema, {"body": {"args": {"mode": "COOL"}, "temp": 24}}, "cool mode at 24")
+    assert {"body": {"mode": "COOL", "temp": 24}} in _accepted(case).values()
+
+
+def test_nothing_is_hoisted_over_a_member_the_object_has_or_outside_its_schema() -> None:
+    schema = _object({"food": FOOD}, ["food"])
+    # the call has food already: moving params/food up would overwrite it
+    case = _case(schema, {"food": "SOUP", "params": {"food": "BURGER"}}, "a burger")
+    env = RepairEnv(case)
+    texts = [c.text for c in enumerate_candidates(case, env.reset(), 16)]
+    assert not any('"move"' in t for t in texts)
+    # the wrapper holds no name of the schema: removing it is the only structural candidate
+    case = _case(schema, {"food": "SOUP", "extra": {"colour": "red"}}, "soup")
+    texts = [c.text for c in enumerate_candidates(case, RepairEnv(case).reset(), 16)]
+    assert '[{"op":"remove","path":"/extra"}]' in texts and not any('"move"' in t for t in texts)
+
+
+def test_a_one_member_wrapper_around_a_value_is_unwrapped() -> None:
+    schema = _object({"items": {"type": "array", "items": {"type": "string"}}}, ["items"])
+    case = _case(schema, {"items": {"items": ["red logo", "white text"]}}, "red logo, white text")
+    assert {"items": ["red logo", "white text"]} in _accepted(case).values()
+
+
+def test_the_enum_member_the_request_names_comes_first() -> None:
+    """The call says "whopper", closer in spelling to other members; the request says burger."""
+    schema = _object({"food": FOOD}, ["food"])
+    case = _case(schema, {"food": "whopper"}, "I need a Whopper, also known as the burger.", max_ops=1)
+    enums = [c for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]
+    assert enums[0].ops == ({"op": "replace", "path": "/food", "value": "BURGER"},)
+
+    def order(request: str) -> list[Any]:
+        case = _case(schema, {"food": "whopper"}, request, max_ops=1)
+        return [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]
+
+    # a member inside another word is not named: "soupy" orders nothing ahead
+    assert order("something soupy") == order("something else") and order("soup, please")[0] == "SOUP"
+
+
+def test_enums_of_objects_and_mixed_members_still_enumerate() -> None:
+    schema = _object({"shape": {"enum": [{"kind": "circle"}, "square", 3, None]}}, ["shape"])
+    case = _case(schema, {"shape": "sqare"}, "a square", max_ops=1)
+    values = [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]
+    assert values[0] == "square" and {"kind": "circle"} in values and len(values) == 4
+
+
+names = st.sampled_from(["a", "b", "c", "d"])
+scalars = st.integers(-5, 5) | st.text(alphabet="xyz", max_size=3) | st.booleans()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    wrapper_name=st.sampled_from(["params", "args", "kwargs"]),
+    inside=st.dictionaries(names | st.sampled_from(["q", "r"]), scalars, min_size=1, max_size=4),
+    outside=st.dictionaries(names, scalars, max_size=3),
+)
+def test_hoisting_loses_and_invents_nothing(wrapper_name: str, inside: dict[str, Any], outside: dict[str, Any]) -> None:
+    """Every hoist candidate, applied by the reference implementation: each schema-named member the
+    object lacked now holds the wrapper's value, every member the object had keeps its own, and the
+    wrapper is gone; members the schema does not name are the only thing dropped."""
+    schema = _object({k: {} for k in "abcd"}, [])
+    call = {**outside, wrapper_name: inside}
+    case = _case(schema, call, "", max_ops=8)
+    hoists = [c for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "rename" and len(c.ops) > 1]
+    movable = {k: v for k, v in inside.items() if k in "abcd" and k not in outside}
+    assert len(hoists) == (1 if movable else 0)
+    for candidate in hoists:
+        after = jsonpatch.apply_patch(call, list(candidate.ops))
+        assert after == {**outside, **movable}

@@ -12,7 +12,7 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contractrl.rollout.candidates import enumerate_candidates
+from contractrl.rollout.candidates import MENTION_SCAN_CHARS, enumerate_candidates
 from contractrl.rollout.env import RepairEnv
 from contractrl.tasks.cases import PublicCase
 from contractrl.validators.verifier import Verifier
@@ -123,3 +123,20 @@ def test_hoisting_loses_and_invents_nothing(wrapper_name: str, inside: dict[str,
     for candidate in hoists:
         after = jsonpatch.apply_patch(call, list(candidate.ops))
         assert after == {**outside, **movable}
+
+
+def test_the_search_for_named_members_is_bounded() -> None:
+    """Each member is one search of the whole request: past MENTION_SCAN_CHARS (an untrusted schema
+    and request can be large together) members keep the closeness order instead of being named."""
+    request = "x " * 50_000 + "the zebra"  # 100 KB: the bound reads about 19 members' searches
+
+    def first_enum(position: int) -> Any:
+        members = [f"filler{i}" for i in range(40)]
+        members.insert(position, "ZEBRA")
+        schema = _object({"animal": {"type": "string", "enum": members}}, ["animal"])
+        case = _case(schema, {"animal": "filler0x"}, request, max_ops=1)
+        return next(c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum")
+
+    assert MENTION_SCAN_CHARS // (len(request) + 8) < 30
+    assert first_enum(3) == "ZEBRA"
+    assert first_enum(30) != "ZEBRA"

@@ -6,6 +6,7 @@ names in other case. Each is checked by applying it, with the contract and with 
 from __future__ import annotations
 
 import json
+from difflib import get_close_matches
 from typing import Any
 
 import jsonpatch
@@ -134,9 +135,29 @@ def test_the_search_for_named_members_is_bounded() -> None:
         members = [f"filler{i}" for i in range(40)]
         members.insert(position, "ZEBRA")
         schema = _object({"animal": {"type": "string", "enum": members}}, ["animal"])
-        case = _case(schema, {"animal": "filler0x"}, request, max_ops=1)
+        case = _case(schema, {"animal": "unknown beast"}, request, max_ops=1)  # no member's misspelling
         return next(c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum")
 
     assert MENTION_SCAN_CHARS // (len(request) + 8) < 30
     assert first_enum(3) == "ZEBRA"
     assert first_enum(30) != "ZEBRA"
+
+
+def test_a_misspelt_enum_value_is_offered_its_closest_members_not_the_requests_other_values() -> None:
+    """The built-in case that regressed (c3191344): the request lists the ``columns`` argument's
+    values, all enum members; the sort column "customer_i" is a misspelling of customer_id. Named
+    members offered beside it let the model pick the shortest ("id"), so a misspelt value gets the
+    closeness order alone."""
+    members = ["active", "city", "customer_id", "email", "id", "placed", "product_id", "quantity", "total"]
+    column = {"type": "string", "enum": members}
+    schema = _object({"columns": {"type": "array", "items": column}, "sort": column}, ["columns", "sort"])
+    call = {"columns": ["id", "product_id", "quantity", "total", "placed"], "sort": "customer_i"}
+    request = 'columns: ["id","product_id","quantity","total","placed"]; sort by customer_id; database id db_1'
+    case = _case(schema, call, request, max_ops=1)
+    enums = [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]
+    assert enums[0] == "customer_id" and "id" not in enums
+    assert enums == [m for m in get_close_matches("customer_i", members, n=4, cutoff=0.0)]
+    # far from every member ("cust"), the members the request names still come first
+    case = _case(schema, {**call, "sort": "by customer"}, request, max_ops=1)
+    named = [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]
+    assert named[0] == "customer_id" and "id" in named

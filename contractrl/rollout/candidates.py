@@ -10,7 +10,8 @@ half, so a selector that wins has won on the same evidence. Sources, in the orde
 - ``disagree``: an argument whose value in the failed call differs from what the request states,
   wherever the report points (the report may point at the wrong place);
 - ``enum``/``const``/``default``: the schema's own values at the pointer (enum members the request
-  names first, then those closest to the current value);
+  names first, then those closest to the current value; closest first alone when the current value
+  is a misspelling of a member, :data:`NEAR_MISS`);
 - ``convert``: a type conversion of the current value (``"3"`` -> 3, ``3`` -> ``"3"``, ``"true"`` ->
   true, ``[x]`` -> x, x -> ``[x]``, ``{"k": x}`` -> x);
 - ``remove``/``rename``: an unexpected property removed, or moved to a missing required name, or,
@@ -33,7 +34,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from difflib import get_close_matches
+from difflib import SequenceMatcher, get_close_matches
 from typing import Any
 
 from ..tasks.cases import ABSTAIN, PublicCase
@@ -65,6 +66,11 @@ MAX_ENUM_OPTIONS = 4
 # each member is one search of the whole request, and an untrusted schema and request together
 # (20,000 members, 50 KB) would otherwise take 16 s; members past it keep the closeness order
 MENTION_SCAN_CHARS = 2_000_000
+# a current value at least this close in spelling to an enum member (difflib's ratio) is a misspelling
+# of it: "customer_i" for customer_id. Its members are offered closest first, as if no member were
+# named: the request names values of *other* arguments too ("columns: id, product_id"), and offering
+# those beside the misspelt one let SmolLM2 pick the shortest (built-in case c3191344: "id")
+NEAR_MISS = 0.8
 _ABSENT = object()
 # a paraphrased clause: "<label>: <words>" up to the clause's end (see tasks.requests._CLAUSES)
 _CLAUSE_END = r"(?=; |\. |\n- |\.$|$)"
@@ -193,8 +199,9 @@ def _schema_values(schema: Any, tokens: Tokens, current: Any, request: str = "")
         members = node.get("enum")
         if isinstance(members, list) and members:
             texts = [m for m in members if isinstance(m, str)]
-            named = _named(request, texts) if request else []
             close = get_close_matches(current, texts, n=MAX_ENUM_OPTIONS, cutoff=0.0) if isinstance(current, str) else []
+            misspelt = bool(close) and SequenceMatcher(None, current, close[0]).ratio() >= NEAR_MISS
+            named = _named(request, texts) if request and not misspelt else []
             ordered: dict[str, Any] = {}
             for member in [*named, *close, *members]:
                 ordered.setdefault(canonical_json(member), member)

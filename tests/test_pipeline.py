@@ -34,7 +34,7 @@ def _run(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     assert "contractrl run --quick --out runs/quick" in (REPO_ROOT / "README.md").read_text()
     out = tmp_path / "quick"
-    proc = _run(out)
+    proc = _run(out, "whole_object.constrained=true")  # off in the main job, on here to cover every arm
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
     assert "Unsafe dispatches: 0." in proc.stdout and f"Report: {out}/report/index.html" in proc.stdout
     assert TINY_NOTE in proc.stdout  # --quick runs tiny, and says what that shows
@@ -80,7 +80,7 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     assert (out / "report" / "tables" / "scaling.md").read_text().count("tiny-h64-l2") >= 3
 
     # run again: every finished step is kept (same digests), the report is rebuilt (in process this time)
-    again = _run(out, "report.workers=0")
+    again = _run(out, "whole_object.constrained=true", "report.workers=0")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("finished earlier with this config: kept") == 2
     assert {run: json.loads((run / "manifest.json").read_text())["ledger_sha256"] for run in digests} == digests
@@ -95,6 +95,8 @@ def test_run_config_overrides_and_errors(tmp_path: Path) -> None:
     # the embedded default trains the model that learns; --quick trades it for tiny's speed
     assert load_main_job_config().train.model.name == "smollm2" and load_main_job_config().train.model.lora.enabled
     assert config.train.model.name == "tiny"
+    # constrained decoding is the headline benchmark's row; the main job's summary compares regeneration and the heuristic
+    assert not load_main_job_config().whole_object.constrained
     with pytest.raises(ConfigError, match="whole_objct"):
         load_main_job_config(overrides=["whole_objct.enabled=false"])
     with pytest.raises(ConfigError, match="sft_steps"):

@@ -312,6 +312,79 @@ def test_a_long_candidate_is_scored_in_a_forward_of_its_own(tiny: tuple[Any, Any
         assert len(per_token) == len(ids)
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.lists(st.integers(0, 5), max_size=6)),
+        max_size=12,
+    ),
+    st.integers(1, 12),
+)
+def test_answer_trees_share_common_starts_and_stay_within_their_bound(items: list[tuple[int, list[int]]], max_nodes: int) -> None:
+    """Each answer's path spells it, answers of one row share the nodes of their common start, a
+    row's answers are split across trees only where a tree would pass the bound, and a tree past
+    the bound holds one answer alone."""
+    from contractrl.rollout.decode import answer_trees
+
+    trees = answer_trees(items, max_nodes)
+    seen = {}
+    for tree in trees:
+        assert len(tree.tokens) <= max_nodes or len(tree.paths) == 1
+        assert all(p < i for i, p in enumerate(tree.parents))  # parents precede their children
+        assert len(set(zip(tree.parents, tree.tokens, strict=True))) == len(tree.tokens)  # no duplicate child
+        for item, path in tree.paths.items():
+            row, answer = items[item]
+            assert tree.row == row and [tree.tokens[n] for n in path] == answer
+            assert [tree.depths[n] for n in path] == list(range(len(answer)))
+            assert all(tree.parents[b] == a for a, b in zip([-1, *path], path, strict=False))
+            seen[item] = tree
+    assert set(seen) == {i for i, (_, answer) in enumerate(items) if answer}
+
+
+def test_answers_with_a_common_start_score_as_they_do_alone(tiny: tuple[Any, Any]) -> None:
+    """The shield's candidates of one prompt differ in a value after a common start: scored as one
+    prefix tree they get the log-probabilities they get alone, under SDPA and eager attention, while
+    the forward runs each shared token once."""
+    import torch
+
+    from contractrl.rollout import decode
+    from contractrl.rollout.policies import Observation
+    from contractrl.rollout.prompts import render_messages, render_prompt
+
+    model, tok = tiny
+    obs = [Observation(c.public, RepairEnv(c.public).reset(), 0) for c in CASES[:2]]
+    prompts = [render_prompt(render_messages(o.case, o.state, "contractrl"), tok) for o in obs]
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    start = tok('[{"op":"replace","path":"/a","value":', add_special_tokens=False)["input_ids"]
+    values = ['"x"}]', '"xy"}]', "1}]", "[1, 2]}]"]
+    items = [(row, [*start, *tok(v, add_special_tokens=False)["input_ids"]]) for row in (0, 1) for v in values]
+    items.append((0, start[:3]))  # an answer that is another's start
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    implementation = model.config._attn_implementation
+    try:
+        for attention in ("sdpa", "eager"):
+            model.config._attn_implementation = attention
+            prefix = decode.prefill(model, enc["input_ids"], enc["attention_mask"])
+            shapes.clear()
+            together = decode.score_texts(model, prefix, items, 0.7)
+            assert len(shapes) == 1 and shapes[0][1] < max(len(ids) for _, ids in items) * len(values)
+            for (row, ids), (score, per_token) in zip(items, together, strict=True):
+                # the reference: the prompt and the answer as one plain sequence, no cache, no tree
+                prompt = enc["input_ids"][row][enc["attention_mask"][row].bool()].tolist()
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
+                wanted = torch.tensor(ids)[:, None]
+                plain = torch.log_softmax(logits, dim=-1).gather(-1, wanted).squeeze(-1)
+                warm = torch.log_softmax(logits / 0.7, dim=-1).gather(-1, wanted).squeeze(-1)
+                assert score == pytest.approx(float(plain.sum()), abs=1e-3)
+                assert per_token == pytest.approx(warm.tolist(), abs=1e-4)
+    finally:
+        hook.remove()
+        model.config._attn_implementation = implementation
+
+
 def test_a_batched_gate_scores_within_the_bound_and_decides_as_one_call_at_a_time(
     tiny: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

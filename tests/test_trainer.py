@@ -560,6 +560,47 @@ def test_the_ranking_term_raises_the_gold_answer_above_its_negative(tmp_path: Pa
         _config(tmp_path, model_cache, "experimental.ranking.negatives=-1")
 
 
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_packed_answers_score_as_separate_rows(tmp_path: Path, model_cache: str, implementation: str) -> None:
+    """SFT packs a prompt's gold answer and negatives after one copy of the prompt
+    (:mod:`contractrl.trainer.packing`): each answer token gets the log-probability it has on a row
+    of its own, across examples of different prompt and answer lengths (left padding, answers
+    of one token), under both attention paths the packing supports."""
+    from contractrl.rollout.decode import custom_mask
+    from contractrl.trainer.learner import Learner
+    from contractrl.trainer.packing import pack_answers, row_layout
+    from contractrl.trainer.ranking import SftExample
+
+    learner = Learner(_config(tmp_path, model_cache, *IN_PROCESS, "deepspeed.enabled=false"))
+    learner.model.config._attn_implementation = implementation
+    learner.model.eval()
+    examples = [
+        SftExample((5, 9, 13, 2, 7, 30), (11, 12, 1), ((40, 41), (8,))),
+        SftExample((3, 4), (6,), ()),
+        SftExample((17, 18, 19, 20), (21, 22, 23, 24, 1), ((25, 26, 27),)),
+        SftExample((31, 32, 33, 34, 35, 36, 37), (38,), ((39,), (42,))),
+    ]
+    # no row grows past the longest prompt-plus-one-answer (9 tokens): answers that would overflow
+    # start a row of their own, after the prompt again
+    assert row_layout(examples) == [(0, [0]), (0, [1, 2]), (1, [0]), (2, [0]), (2, [1]), (3, [0, 1]), (3, [2])]
+    packed = pack_answers(examples, learner.tokenizer.pad_token_id)
+    assert packed.input_ids.shape == (7, 9)
+    answers = [(e.prompt_ids, e.answer_ids) for e in examples] + [(e.prompt_ids, n) for e in examples for n in e.negatives]
+    with torch.no_grad():
+        got = learner._packed_logprobs(packed)
+        for answer, (prompt, tokens) in enumerate(answers):
+            logprobs, mask = learner._batch_logprobs([(prompt, tokens)], 1.0)
+            want = logprobs[0, mask.shape[1] - len(tokens) :]
+            mine = got[packed.token_answer == answer]
+            assert mine.shape == want.shape
+            assert torch.allclose(mine, want, atol=1e-4), (answer, mine, want)
+    assert int(packed.token_first.sum()) == len(examples)
+    assert int(packed.token_gold.sum()) == sum(len(e.answer_ids) for e in examples)
+    assert packed.negative_owner.tolist() == [0, 0, 2, 3, 3]
+    with pytest.raises(ValueError, match="SDPA or eager"):
+        custom_mask(packed.allowed, "flash_attention_2", torch.float32)
+
+
 def _logits(model: Any, tokenizer: Any) -> Any:
     ids = torch.tensor([tokenizer.encode('[{"op": "replace", "path": "/a", "value": 1}]')])
     with torch.no_grad():

@@ -8,28 +8,30 @@ prompt is run once (:func:`prefill`), its cache is gathered per row (:func:`sele
 - :func:`sample_answers` decodes K answers per prompt as one batch (row 0 of each prompt greedy, the
   others sampled with a seeded generator), stopping each row where its answer ends;
 - :func:`score_texts` reads the model's log-probability of given answer texts by teacher forcing,
-  in chunks (:func:`score_chunks`) bounded in rows and in row-tokens, so that time and memory stay
-  bounded whatever the number and the length of the candidates.
+  each prompt's answers as one prefix tree (:class:`AnswerTree`: the shield's candidates mostly
+  differ in one value, and their shared start runs once), in chunks (:func:`score_chunks`) bounded
+  in rows and in row-tokens, so that time and memory stay bounded whatever the number and the
+  length of the candidates.
 
-Why the row-token bound: a chunk is padded to its longest answer and the model computes a full-vocabulary
+Why the row-token bound: a chunk is padded to its longest row and the model computes a full-vocabulary
 logit row for every padded position. The shield enumerates candidates whose length the case decides
 (a ``write_file`` candidate that pads ``content`` to its 20,000-character bound is 5,010 tokens), so a
 chunk of 32 rows holding one such candidate ran 160,000 positions through the model, 15 GB of bf16
 logits; a batch of 8 gate calls, whose candidates share chunks, ran for many minutes at 5-10 GB
 (docs/notebook/2026-12-06-serve-hf-concurrency.md). Chunks now close before they would pass
 ``SCORE_TOKENS`` row-tokens, so a long candidate is scored alone, and the log-probabilities are read
-from each row's own positions in blocks, never from an fp32 copy of the whole chunk's logits. Items
-keep their order: a chunk within the bound is the same chunk as before, so its scores are too.
+from each answer's own positions in blocks, never from an fp32 copy of the whole chunk's logits.
 
-Works for any causal LM whose forward takes ``position_ids`` and a ``DynamicCache`` (the Llama and
-Qwen2 families of the presets). Left padding is handled as ``generate`` handles it: positions count
-real tokens only, and the attention mask hides the padding.
+Works for any causal LM whose forward takes ``position_ids``, a ``DynamicCache`` and a custom 4D
+attention mask under SDPA or eager attention (the Llama and Qwen2 families of the presets). Left
+padding is handled as ``generate`` handles it: positions count real tokens only, and the attention
+mask hides the padding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # rows per teacher-forced forward (a chunk's cache copy is rows x prompt length x layers)
@@ -75,6 +77,7 @@ def prefill(model: Any, input_ids: Any, attention_mask: Any) -> Prefix:
             position_ids=positions,
             cache=DynamicCache(),
             use_cache=True,
+            logits_to_keep=1,  # the head over every prompt position was a fifth of the prefill's time
         )
     return Prefix(out.cache, attention_mask, out.logits[:, -1].float(), attention_mask.long().sum(-1))
 
@@ -187,53 +190,149 @@ def score_chunks(lengths: Sequence[int], max_rows: int = SCORE_CHUNK, max_tokens
     return chunks
 
 
+@dataclass
+class AnswerTree:
+    """One prompt row's answers as a prefix tree: answers that begin alike (every candidate of a
+    patch arm starts ``[{"op":"replace","path":"/x","value":``, a whole object's candidates differ in
+    one field) share the nodes of their common start, so each shared token is run once.
+
+    Node i holds a token; ``parents[i]`` is the node before it (-1: the first token of an answer)
+    and ``depths[i]`` its offset after the prompt. ``paths`` maps an item's index to its nodes."""
+
+    row: int
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    paths: dict[int, list[int]] = field(default_factory=dict)
+    _children: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+
+    def new_nodes(self, answer: Sequence[int]) -> int:
+        """How many nodes adding ``answer`` would create."""
+        parent = -1
+        for depth, token in enumerate(answer):
+            child = self._children.get((parent, token))
+            if child is None:
+                return len(answer) - depth
+            parent = child
+        return 0
+
+    def add(self, item: int, answer: Sequence[int]) -> None:
+        parent, path = -1, []
+        for depth, token in enumerate(answer):
+            child = self._children.get((parent, token))
+            if child is None:
+                child = len(self.tokens)
+                self._children[(parent, token)] = child
+                self.tokens.append(int(token))
+                self.parents.append(parent)
+                self.depths.append(depth)
+            path.append(child)
+            parent = child
+        self.paths[item] = path
+
+
+def answer_trees(items: Sequence[tuple[int, Sequence[int]]], max_nodes: int = SCORE_TOKENS) -> list[AnswerTree]:
+    """The items' answers as prefix trees, one per prompt row, a row's next tree begun where adding
+    an answer would pass ``max_nodes`` (an answer longer than that has a tree of its own). Empty
+    answers have no nodes and no tree."""
+    trees: list[AnswerTree] = []
+    open_tree: dict[int, AnswerTree] = {}
+    for index, (row, answer) in enumerate(items):
+        if not answer:
+            continue
+        tree = open_tree.get(row)
+        if tree is None or (tree.tokens and len(tree.tokens) + tree.new_nodes(answer) > max_nodes):
+            tree = open_tree[row] = AnswerTree(row)
+            trees.append(tree)
+        tree.add(index, answer)
+    return trees
+
+
+def custom_mask(allowed: Any, implementation: str, dtype: Any) -> Any:
+    """A boolean 4D mask (True: may attend) as the model's attention takes a custom one: SDPA reads
+    it as it is, the eager path adds its mask to the scores (0, or the dtype's minimum). Flash
+    attention takes no custom mask."""
+    import torch
+
+    if implementation == "sdpa":
+        return allowed
+    if implementation == "eager":
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    raise ValueError(f"a custom attention mask needs SDPA or eager attention, not {implementation!r}")
+
+
 def score_texts(
     model: Any, prefix: Prefix, items: Sequence[tuple[int, Sequence[int]]], temperature: float = 1.0
 ) -> list[tuple[float, tuple[float, ...]]]:
     """For each (prompt row, answer token ids): the summed log-probability of the tokens after that
     prompt (at temperature 1: the score), and the per-token log-probabilities at ``temperature``
-    (what a policy-gradient update compares its new ones with), by teacher forcing on the cache."""
+    (what a policy-gradient update compares its new ones with), by teacher forcing on the cache.
+
+    Each prompt's answers run as one prefix tree (:class:`AnswerTree`): a node attends to the
+    prompt and to its own ancestors, at the position it has in its answer, so it gets the
+    log-probabilities a row of its own would (up to float summation order) while the shield's
+    candidates, which mostly differ in a value, share the rest. Trees are chunked as answers were:
+    at most ``SCORE_CHUNK`` rows and ``SCORE_TOKENS`` row-nodes a forward, a longer tree alone."""
     import torch
 
-    out: list[tuple[float, tuple[float, ...]]] = []
-    for span in score_chunks([len(ids) for _, ids in items], SCORE_CHUNK, SCORE_TOKENS):
-        chunk = items[span.start : span.stop]
-        rows = torch.tensor([row for row, _ in chunk])
-        width = max(1, max(len(ids) for _, ids in chunk))
+    device = prefix.next_logits.device
+    param = next(model.parameters())
+    implementation = getattr(model.config, "_attn_implementation", "sdpa")
+    out: list[tuple[float, tuple[float, ...]]] = [(0.0, ())] * len(items)
+    trees = answer_trees(items, SCORE_TOKENS)
+    prompt_width = prefix.attention_mask.shape[1]
+    for span in score_chunks([len(tree.tokens) for tree in trees], SCORE_CHUNK, SCORE_TOKENS):
+        chunk = trees[span.start : span.stop]
+        rows = torch.tensor([tree.row for tree in chunk], device=device)
+        width = max(len(tree.tokens) for tree in chunk)
         ids = torch.zeros((len(chunk), width), dtype=torch.long)
-        real = torch.zeros((len(chunk), width), dtype=prefix.attention_mask.dtype)
-        for i, (_, answer) in enumerate(chunk):
-            ids[i, : len(answer)] = torch.tensor(list(answer), dtype=torch.long)
-            real[i, : len(answer)] = 1
-        mask = torch.cat([prefix.attention_mask[rows], real.to(prefix.attention_mask.device)], dim=1)
-        positions = prefix.lengths[rows][:, None] + torch.arange(width)[None, :]
+        depths = torch.zeros((len(chunk), width), dtype=torch.long)
+        allowed = torch.zeros((len(chunk), 1, width, prompt_width + width), dtype=torch.bool)
+        allowed[:, 0, :, :prompt_width] = prefix.attention_mask[rows].bool().cpu()[:, None, :]
+        for r, tree in enumerate(chunk):
+            n = len(tree.tokens)
+            ids[r, :n] = torch.tensor(tree.tokens, dtype=torch.long)
+            depths[r, :n] = torch.tensor(tree.depths, dtype=torch.long)
+            tree_part = allowed[r, 0, :, prompt_width:]
+            for node, parent in enumerate(tree.parents):  # parents precede their children
+                if parent >= 0:
+                    tree_part[node] = tree_part[parent]
+                tree_part[node, node] = True
+            for pad in range(n, width):  # padding attends to itself (a query with no key is NaN)
+                tree_part[pad, pad] = True
+        positions = prefix.lengths[rows][:, None].cpu() + depths
+        mask = custom_mask(allowed.to(device), implementation, param.dtype)
         with torch.no_grad():
             logits = model(
-                input_ids=ids.to(prefix.next_logits.device),
+                input_ids=ids.to(device),
                 attention_mask=mask,
-                position_ids=positions.to(prefix.next_logits.device),
+                position_ids=positions.to(device),
                 cache=select_rows(prefix.cache, rows),
                 use_cache=True,
             ).logits
-        first = prefix.next_logits[rows]
-        for i, (_, answer) in enumerate(chunk):
-            # token j is predicted by the prompt's last position (j = 0) or the answer's position j - 1
-            plain, warm = _answer_logprobs(first[i], logits[i, : max(0, len(answer) - 1)], ids[i, : len(answer)], temperature)
-            out.append((float(plain.sum()), tuple(float(x) for x in warm.tolist())))
+        for r, tree in enumerate(chunk):
+            first = prefix.next_logits[tree.row]
+            for item, path in tree.paths.items():
+                # token j is predicted by the prompt's last position (j = 0) or by the node of token j - 1
+                predictors = torch.tensor(path[:-1], dtype=torch.long, device=device)
+                answer = ids[r, torch.tensor(path, dtype=torch.long)].to(device)
+                plain, warm = _answer_logprobs(first, logits[r], predictors, answer, temperature)
+                out[item] = (float(plain.sum()), tuple(float(x) for x in warm.tolist()))
         del logits
     return out
 
 
-def _answer_logprobs(first: Any, following: Any, ids: Any, temperature: float) -> tuple[Any, Any]:
+def _answer_logprobs(first: Any, logits: Any, predictors: Any, ids: Any, temperature: float) -> tuple[Any, Any]:
     """Log-probabilities of ``ids`` at temperature 1 and at ``temperature``, given the logits that
-    predict them: ``first`` (the prefill's, fp32) for token 0, ``following[j - 1]`` for token j. Taken
-    in blocks of positions (each position's softmax is its own), so the fp32 copy is one block."""
+    predict them: ``first`` (the prefill's, fp32) for token 0, ``logits[predictors[j - 1]]`` for
+    token j. Taken in blocks of positions (each position's softmax is its own), so the fp32 copy
+    is one block."""
     import torch
 
     plain, warm = [], []
     for start in range(0, len(ids), LOGPROB_BLOCK):
         stop = min(len(ids), start + LOGPROB_BLOCK)
-        block = following[max(0, start - 1) : stop - 1].float()
+        block = logits[predictors[max(0, start - 1) : stop - 1]].float()
         if start == 0:
             block = torch.cat([first[None, :], block], dim=0)
         wanted = ids[start:stop, None]
@@ -249,8 +348,11 @@ __all__ = [
     "LOGPROB_BLOCK",
     "SCORE_CHUNK",
     "SCORE_TOKENS",
+    "AnswerTree",
     "Decoded",
     "Prefix",
+    "answer_trees",
+    "custom_mask",
     "prefill",
     "sample_answers",
     "score_chunks",

@@ -21,12 +21,14 @@ from typing import Any, TypeVar, get_args
 
 from ..errors import ConfigError
 from ..rollout.cpu import compute_context, peak_resident_bytes, product_dtype, release_memory
+from ..rollout.decode import custom_mask
 from ..rollout.hf_policy import HFPolicy, SamplingConfig
 from ..rollout.policies import Generation, Observation
 from .adapter_base import describe_base, write_base
 from .config import OptimConfig, Stage, TrainConfig
 from .engine import DeepSpeedEngine, TorchEngine, TrainEngine
 from .grpo import PolicySample, clipped_policy_loss
+from .packing import PackedAnswers, pack_answers, packed_length
 from .presets import load_model, model_path
 from .ranking import SftExample
 
@@ -190,6 +192,33 @@ class Learner:
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return logprobs, mask
 
+    def _packed_logprobs(self, packed: PackedAnswers) -> Any:
+        """The log-probability of every answer token of ``packed``, in its token order.
+
+        The output head runs on the predicting positions only: a packed row's answers leave the
+        other rows' prompt tails inside any window of trailing positions, and on a CPU the head
+        over a 49k vocabulary, with its backward pass, cost as much as the transformer body at
+        the main job's whole-object lengths. So this calls the body and the head itself (ZeRO
+        stages 0-2 keep every weight whole, so DeepSpeed's forward wrapper adds nothing here)."""
+        import torch
+
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        param = next(self.model.parameters())
+        implementation = getattr(base.config, "_attn_implementation", "sdpa")
+        mask = custom_mask(packed.allowed, implementation, param.dtype)
+        with compute_context(self.model, self.config.model.cpu_bf16):
+            hidden = base.get_decoder()(
+                input_ids=packed.input_ids.to(param.device),
+                attention_mask=mask.to(param.device),
+                position_ids=packed.position_ids.to(param.device),
+                use_cache=False,
+            ).last_hidden_state
+            logits = base.get_output_embeddings()(
+                hidden[packed.token_row.to(param.device), packed.token_predictor.to(param.device)]
+            )
+        targets = packed.token_target.to(param.device).unsqueeze(-1)
+        return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets).squeeze(-1)
+
     def sft_step(
         self,
         examples: Sequence[SftExample | tuple[Sequence[int], Sequence[int]]],
@@ -203,18 +232,15 @@ class Learner:
         Examples with negatives add ``experimental.ranking.weight`` times the mean over (gold, negative) pairs of
         ``softplus(margin - (log p(gold) - log p(negative)))``, summed log-probabilities of whole
         answers (:mod:`.ranking`), over ``pair_denominator`` pairs (the whole batch's, as the token
-        denominator is); the negatives ride in the gold answer's forward pass."""
+        denominator is); the negatives follow the gold answer after one copy of the prompt
+        (:mod:`.packing`)."""
         import torch
 
         engine = self._require_engine()
         sft, ranking = self.config.sft, self.config.experimental.ranking
         items = [e if isinstance(e, SftExample) else SftExample(tuple(e[0]), tuple(e[1])) for e in examples]
         pairs_total = pair_denominator or sum(len(e.negatives) for e in items)
-
-        def cost(example: SftExample) -> int:  # the negatives ride in the same forward pass
-            return (len(example.prompt_ids) + len(example.answer_ids)) * (1 + len(example.negatives))
-
-        chunks = _micro_batches(items, sft.micro_batch_size, cost)
+        chunks = _micro_batches(items, sft.micro_batch_size, packed_length)
         total = 0.0
         tokens = 0.0
         rank_sum = 0.0
@@ -223,25 +249,22 @@ class Learner:
             if not chunk:
                 engine.backward(self._zero_loss(), last=last)
                 continue
-            rows = [(e.prompt_ids, e.answer_ids) for e in chunk]
-            rows += [(e.prompt_ids, negative) for e in chunk for negative in e.negatives]
-            logprobs, mask = self._batch_logprobs(rows, 1.0)
-            gold = logprobs[: len(chunk)]
-            weights = mask[: len(chunk)].clone()
-            for row, example in enumerate(chunk):  # completions are right-aligned: the first sits at width - len
-                weights[row, mask.shape[1] - len(example.answer_ids)] = self.config.experimental.contrast.decision_weight
-            loss = -(gold * weights).sum() / token_denominator
+            packed = pack_answers(chunk, self.tokenizer.pad_token_id)
+            logprobs = self._packed_logprobs(packed)
+            gold, first = packed.token_gold.to(logprobs.device), packed.token_first.to(logprobs.device)
+            weights = gold.to(logprobs.dtype).masked_fill(first, self.config.experimental.contrast.decision_weight)
+            loss = -(logprobs * weights).sum() / token_denominator
             total += float(loss.detach()) * token_denominator
-            if pairs_total:
-                sums = (logprobs * mask).sum(dim=1)
-                owners = [row for row, e in enumerate(chunk) for _ in e.negatives]
-                if owners:
-                    gaps = sums[torch.tensor(owners, device=sums.device)] - sums[len(chunk) :]
-                    rank = torch.nn.functional.softplus(ranking.margin - gaps).sum() / pairs_total
-                    loss = loss + ranking.weight * rank
-                    rank_sum += float(rank.detach()) * pairs_total
+            if pairs_total and len(packed.negative_owner):
+                sums = torch.zeros(packed.answers, dtype=logprobs.dtype, device=logprobs.device)
+                sums = sums.index_add(0, packed.token_answer.to(logprobs.device), logprobs)
+                owners = packed.negative_owner.to(logprobs.device)
+                gaps = sums[owners] - sums[len(chunk) :]
+                rank = torch.nn.functional.softplus(ranking.margin - gaps).sum() / pairs_total
+                loss = loss + ranking.weight * rank
+                rank_sum += float(rank.detach()) * pairs_total
             engine.backward(loss, last=last)
-            tokens += float(mask[: len(chunk)].sum())
+            tokens += float(gold.sum())
         grad_norm = engine.step()
         release_memory()  # activations differ in size every step; see rollout/cpu.py
         return {

@@ -197,8 +197,8 @@ class Learner:
 
         The output head runs on the predicting positions only: a packed row's answers leave the
         other rows' prompt tails inside any window of trailing positions, and on a CPU the head
-        over a 49k vocabulary, with its backward pass, cost as much as the transformer body at
-        the main job's whole-object lengths. So this calls the body and the head itself (ZeRO
+        over a 49k vocabulary, with its backward pass, cost half as much again as the transformer
+        body on a whole-object batch of the main job. So this calls the body and the head itself (ZeRO
         stages 0-2 keep every weight whole, so DeepSpeed's forward wrapper adds nothing here)."""
         import torch
 

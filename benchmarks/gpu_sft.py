@@ -242,8 +242,11 @@ def prepare(args: argparse.Namespace) -> int:
         "experimental.noisy_retries.enabled=true",
     ]
     cfg = load_config(TrainConfig, None, overrides)
-    examples, _ = sft_examples(sft_demonstrations(read_cases("runs/exp_c300_noisy/cases/train"), cfg), cfg.sft.arm, tok)
-    examples = [e for e in examples if len(e[0]) + len(e[1]) <= cfg.sft.max_tokens]
+    demos, _ = sft_examples(sft_demonstrations(read_cases("runs/exp_c300_noisy/cases/train"), cfg), cfg.sft.arm, tok)
+    # (prompt ids, answer ids) pairs, as the GPU side reads them from data.json
+    examples = [
+        [list(e.prompt_ids), list(e.answer_ids)] for e in demos if len(e.prompt_ids) + len(e.answer_ids) <= cfg.sft.max_tokens
+    ]
 
     class Capture:  # the first observation of each episode, rendered as the rollout policy renders it
         name = "capture"

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from contractrl.tasks.arms import Arm
-from contractrl.tasks.cases import Case
+from contractrl.tasks.cases import ABSTAIN, Case
 from contractrl.tasks.demonstrations import gold_answer
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.offline import read_cases
@@ -33,20 +33,44 @@ from contractrl.tasks.sources import source_families
 from contractrl.trainer.presets import load_tokenizer, model_path
 
 
-def answer_tokens(cases: Sequence[Case], count: Callable[[str], int]) -> dict[str, Any]:
-    """Mean gold-answer tokens of a patch arm and of a whole-object arm, per family and pooled."""
-    rows: dict[str, list[tuple[int, int]]] = {}
-    for case in cases:
-        patch = count(gold_answer(case, Arm.CONTRACTRL.value))
-        whole = count(gold_answer(case, Arm.FULL_REGEN.value))
-        rows.setdefault(case.public.family, []).append((patch, whole))
-    families = {family: rows[family] for family in sorted(rows)}
-    families["pooled"] = [pair for pairs in families.values() for pair in pairs]
+def line_form(answer: str) -> str:
+    """A gold patch written one line per operation (``replace /unit "celsius"``): a shorter surface
+    for the same RFC 6902 operations, counted here only to see what it could reach (no policy
+    answers in it)."""
+    if answer == ABSTAIN:
+        return answer
+    lines = []
+    for op in json.loads(answer):
+        parts = [op["op"], op["path"], *([op["from"]] if "from" in op else [])]
+        if "value" in op:
+            parts.append(json.dumps(op["value"], separators=(",", ":"), ensure_ascii=False))
+        lines.append(" ".join(parts))
+    return "\n".join(lines)
 
-    def summary(pairs: list[tuple[int, int]]) -> dict[str, Any]:
-        patch = statistics.mean(p for p, _ in pairs)
-        whole = statistics.mean(w for _, w in pairs)
-        return {"n": len(pairs), "patch": round(patch, 1), "object": round(whole, 1), "ratio": round(patch / whole, 3)}
+
+def answer_tokens(cases: Sequence[Case], count: Callable[[str], int]) -> dict[str, Any]:
+    """Mean gold-answer tokens of a patch arm, of the same patch in :func:`line_form` and of a
+    whole-object arm, per family and pooled."""
+    rows: dict[str, list[tuple[int, int, int]]] = {}
+    for case in cases:
+        answer = gold_answer(case, Arm.CONTRACTRL.value)
+        whole = count(gold_answer(case, Arm.FULL_REGEN.value))
+        rows.setdefault(case.public.family, []).append((count(answer), count(line_form(answer)), whole))
+    families = {family: rows[family] for family in sorted(rows)}
+    families["pooled"] = [row for family_rows in families.values() for row in family_rows]
+
+    def summary(triples: list[tuple[int, int, int]]) -> dict[str, Any]:
+        patch = statistics.mean(p for p, _, _ in triples)
+        lines = statistics.mean(line for _, line, _ in triples)
+        whole = statistics.mean(w for _, _, w in triples)
+        return {
+            "n": len(triples),
+            "patch": round(patch, 1),
+            "line_form": round(lines, 1),
+            "object": round(whole, 1),
+            "ratio": round(patch / whole, 3),
+            "line_form_ratio": round(lines / whole, 3),
+        }
 
     return {family: summary(pairs) for family, pairs in families.items()}
 
@@ -75,9 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     print(f"gold-answer tokens ({args.model} tokenizer, {len(cases)} cases: {origin})")
-    print("| family | n | patch | object | patch / object |\n|---|---|---|---|---|")
+    print("| family | n | patch | line form | object | patch / object | line form / object |\n|---|---|---|---|---|---|---|")
     for family, row in result["families"].items():
-        print(f"| {family} | {row['n']} | {row['patch']} | {row['object']} | {row['ratio']:.3f} |")
+        cells = [row["n"], row["patch"], row["line_form"], row["object"], f"{row['ratio']:.3f}", f"{row['line_form_ratio']:.3f}"]
+        print(f"| {family} | " + " | ".join(map(str, cells)) + " |")
     return 0
 
 

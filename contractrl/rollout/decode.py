@@ -315,7 +315,7 @@ def score_texts(
             for item, path in tree.paths.items():
                 # token j is predicted by the prompt's last position (j = 0) or by the node of token j - 1
                 predictors = torch.tensor(path[:-1], dtype=torch.long, device=device)
-                answer = ids[r, torch.tensor(path, dtype=torch.long)].to(device)
+                answer = torch.tensor(list(items[item][1]), dtype=torch.long, device=device)
                 plain, warm = _answer_logprobs(first, logits[r], predictors, answer, temperature)
                 out[item] = (float(plain.sum()), tuple(float(x) for x in warm.tolist()))
         del logits

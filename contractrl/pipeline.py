@@ -60,13 +60,17 @@ from .trainer.config import TrainConfig
 # - Constrained decoding is left to the headline benchmark (whole_object.constrained=false): the
 #   summary compares ContractRL with regeneration and the heuristic, and on a CPU without native
 #   bf16 it cost 3.5 of the job's minutes.
+# - The report scores its few hundred episodes in this process (report.workers=0): a one-actor Ray
+#   Data pool took 49 s to start on 2 busy cores for what takes under a second here; a large join still
+#   takes report.workers=N.
 MAIN_JOB: dict[str, Any] = {
     "train": {
         "model": {"lora": {"top_layers": 15}},
         "data": {"request_style": "paraphrase"},
         "grpo": {"steps": 2, "shield_k": 1},
         "experimental": {"ranking": {"negatives": 2}},
-    }
+    },
+    "report": {"workers": 0},
 }
 
 # --quick: the same pipeline with the tiny preset, small enough for a first look in a few minutes.

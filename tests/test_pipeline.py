@@ -34,7 +34,9 @@ def _run(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     assert "contractrl run --quick --out runs/quick" in (REPO_ROOT / "README.md").read_text()
     out = tmp_path / "quick"
-    proc = _run(out, "whole_object.constrained=true")  # off in the main job, on here to cover every arm
+    # the main job leaves constrained decoding off and scores the report in process: here both are
+    # switched on, to cover every arm and Ray Data's scoring
+    proc = _run(out, "whole_object.constrained=true", "report.workers=1")
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
     assert "Unsafe dispatches: 0." in proc.stdout and f"Report: {out}/report/index.html" in proc.stdout
     assert TINY_NOTE in proc.stdout  # --quick runs tiny, and says what that shows
@@ -79,8 +81,8 @@ def test_quick_run_end_to_end_then_resume(tmp_path: Path) -> None:
     assert (trained["train_s"] > 0).all() and (trained["peak_rss_gb"] > 0.1).all() and (trained["params"] > 10_000).all()
     assert (out / "report" / "tables" / "scaling.md").read_text().count("tiny-h64-l2") >= 3
 
-    # run again: every finished step is kept (same digests), the report is rebuilt (in process this time)
-    again = _run(out, "whole_object.constrained=true", "report.workers=0")
+    # run again: every finished step is kept (same digests), the report is rebuilt (in process, the main job's default)
+    again = _run(out, "whole_object.constrained=true")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("finished earlier with this config: kept") == 2
     assert {run: json.loads((run / "manifest.json").read_text())["ledger_sha256"] for run in digests} == digests
@@ -97,6 +99,7 @@ def test_run_config_overrides_and_errors(tmp_path: Path) -> None:
     assert config.train.model.name == "tiny"
     # constrained decoding is the headline benchmark's row; the main job's summary compares regeneration and the heuristic
     assert not load_main_job_config().whole_object.constrained
+    assert load_main_job_config().report.workers == 0  # a few hundred episodes score faster than a Ray Data pool starts
     with pytest.raises(ConfigError, match="whole_objct"):
         load_main_job_config(overrides=["whole_objct.enabled=false"])
     with pytest.raises(ConfigError, match="sft_steps"):

@@ -442,3 +442,56 @@ def test_a_batched_gate_scores_within_the_bound_and_decides_as_one_call_at_a_tim
     assert [type(d).__name__ for d in together] == [type(d).__name__ for d in alone]
     assert [getattr(d, "call", None) for d in together] == [getattr(d, "call", None) for d in alone]
     assert [getattr(d, "code", None) for d in together] == [getattr(d, "code", None) for d in alone]
+
+
+@given(st.lists(st.lists(st.integers(0, 3), max_size=3), max_size=10))
+def test_distinct_prompts_run_each_prompt_once_and_map_every_row_to_its_own(prompts: list[list[int]]) -> None:
+    from contractrl.rollout.decode import distinct_prompts
+
+    first, of_row = distinct_prompts(prompts)
+    assert len(of_row) == len(prompts) and sorted(first) == first
+    assert len({tuple(prompts[r]) for r in first}) == len(first)  # each distinct prompt once
+    assert all(prompts[first[of_row[r]]] == prompts[r] for r in range(len(prompts)))
+
+
+def test_a_group_sharing_its_prompt_is_prefilled_and_scored_once(tiny: tuple[Any, Any]) -> None:
+    """A GRPO group's episodes start from one observation: the shielded batch runs each distinct
+    prompt through the model once, and every episode decides as it does in a batch without the
+    repeats; sampled answers continue the shared prefill as they continue a prefill of their own."""
+    from contractrl.rollout import decode
+    from contractrl.rollout.hf_policy import HFPolicy, SamplingConfig
+    from contractrl.rollout.policies import Observation
+    from contractrl.rollout.prompts import render_messages, render_prompt
+
+    model, tok = tiny
+    policy = HFPolicy(model, tok, sampling=SamplingConfig(max_new_tokens=12, batch_size=8, do_sample=False, shield_k=1))
+    one = [Observation(c.public, RepairEnv(c.public).reset(), 0) for c in CASES[:2]]
+    group = [dataclasses.replace(o, sample=s) for o in one for s in range(3)]
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        together = policy.generate_batch(group)
+    finally:
+        hook.remove()
+    assert rows[0] == 2  # the prefill: two distinct prompts for six episodes
+    alone = policy.generate_batch(one)
+    for index, generation in enumerate(together):
+        reference = alone[index // 3]
+        assert (generation.text, generation.token_ids, generation.prompt_tokens, generation.probes) == (
+            reference.text,
+            reference.token_ids,
+            reference.prompt_tokens,
+            reference.probes,
+        )
+        assert generation.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
+
+    prompts = [render_prompt(render_messages(o.case, o.state, "contractrl"), tok) for o in group]
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    first, of_row = decode.distinct_prompts(enc["input_ids"].tolist())
+    every = decode.prefill(model, enc["input_ids"], enc["attention_mask"])
+    shared = decode.prefill(model, enc["input_ids"][first], enc["attention_mask"][first])
+    common = {"max_new_tokens": 10, "temperature": 0.8, "eos_id": tok.eos_token_id, "pad_id": tok.pad_token_id, "seed": 4}
+    own = decode.sample_answers(model, every, 2, complete=lambda _: False, **common)
+    reused = decode.sample_answers(model, shared, 2, complete=lambda _: False, prompt_rows=of_row, **common)
+    for mine, theirs in zip(itertools.chain(*own), itertools.chain(*reused), strict=True):
+        assert mine.token_ids == theirs.token_ids and mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)

@@ -601,6 +601,25 @@ def test_packed_answers_score_as_separate_rows(tmp_path: Path, model_cache: str,
         custom_mask(packed.allowed, "flash_attention_2", torch.float32)
 
 
+def test_a_grpo_micro_batch_packs_the_completions_of_one_prompt(tmp_path: Path, model_cache: str) -> None:
+    """A GRPO group's first turns share their prompt: the update packs their completions after one
+    copy of it and gets, row for row, the log-probabilities and mask of separate rows (at the
+    update's temperature), an empty completion included."""
+    from contractrl.trainer.grpo import PolicySample
+    from contractrl.trainer.learner import Learner
+
+    learner = Learner(_config(tmp_path, model_cache, *IN_PROCESS, "deepspeed.enabled=false"))
+    learner.model.eval()
+    shared, other = (5, 9, 13, 2, 7, 30), (3, 4)
+    completions = [(shared, (11, 12, 1)), (other, (6, 8)), (shared, (40,)), (shared, ()), (shared, (11, 14, 15, 16, 1))]
+    samples = [PolicySample(prompt, completion, (), 1.0) for prompt, completion in completions]
+    with torch.no_grad():
+        packed, packed_mask = learner._group_logprobs(samples, 0.7)
+        rows, rows_mask = learner._batch_logprobs([(p, c) for p, c in completions], 0.7)
+    assert torch.equal(packed_mask, rows_mask)
+    assert torch.allclose(packed * packed_mask, rows * rows_mask, atol=1e-4)
+
+
 def _logits(model: Any, tokenizer: Any) -> Any:
     ids = torch.tensor([tokenizer.encode('[{"op": "replace", "path": "/a", "value": 1}]')])
     with torch.no_grad():

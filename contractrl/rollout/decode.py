@@ -82,6 +82,18 @@ def prefill(model: Any, input_ids: Any, attention_mask: Any) -> Prefix:
     return Prefix(out.cache, attention_mask, out.logits[:, -1].float(), attention_mask.long().sum(-1))
 
 
+def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """The first row of each distinct prompt, and for every row its prompt's index among them.
+
+    A GRPO group's episodes begin from one observation, so a rollout batch holds each first
+    decision's prompt once per group member; run once, its prefill and its candidates' scores
+    serve every member."""
+    index: dict[tuple[int, ...], int] = {}
+    of_row = [index.setdefault(tuple(ids), len(index)) for ids in prompts]
+    first = [of_row.index(i) for i in range(len(index))]
+    return first, of_row
+
+
 def select_rows(cache: Any, rows: Any) -> Any:
     """A new cache whose row i is row ``rows[i]`` of ``cache`` (the source is left untouched)."""
     from transformers import DynamicCache
@@ -105,17 +117,27 @@ def sample_answers(
     complete: Callable[[list[int]], bool],
     greedy_first: bool = True,
     processors: Any = None,
+    prompt_rows: Sequence[int] | None = None,
 ) -> list[list[Decoded]]:
     """K answers per prompt: the greedy one first (``greedy_first``), the rest sampled at
-    ``temperature`` (all K sampled without it, as a policy-gradient rollout needs).
+    ``temperature`` (all K sampled without it, as a policy-gradient rollout needs). ``prompt_rows``
+    names the prefix row each prompt of the batch continues (default: prompt i is row i), so that
+    prompts that are the same text share one prefill (:func:`distinct_prompts`).
 
     ``complete(ids)`` says whether a row's tokens already hold a whole answer (the JSON-aware stop).
     ``processors`` (a ``LogitsProcessorList``, e.g. a grammar) see every row's tokens so far.
+
+    Once half the rows still in the batch have ended, the ended ones leave it (their cache rows are
+    dropped): one long answer otherwise kept every ended row in each forward pass to its end, and
+    the answers' lengths vary several-fold. A grammar's processor keeps a matcher per row in batch
+    order, so with ``processors`` the batch stays whole.
     """
     import torch
 
-    batch = prefix.next_logits.shape[0]
-    rows = torch.arange(batch).repeat_interleave(k)
+    if prompt_rows is None:
+        prompt_rows = range(prefix.next_logits.shape[0])
+    batch = len(prompt_rows)
+    rows = torch.tensor(list(prompt_rows), dtype=torch.long, device=prefix.next_logits.device).repeat_interleave(k)
     cache = select_rows(prefix.cache, rows)
     mask = prefix.attention_mask[rows]
     positions = prefix.lengths[rows].clone()
@@ -128,10 +150,11 @@ def sample_answers(
     sampled_lp: list[list[float]] = [[] for _ in range(width)]
     scores = [0.0] * width
     done = [False] * width
+    active = list(range(width))  # the rows still in the batch, in batch order
     history = torch.empty((width, 0), dtype=torch.long, device=logits.device)
     for _ in range(max_new_tokens):
         if processors is not None:
-            logits = processors(torch.cat([mask.new_zeros((width, 1)).long(), history], dim=1), logits)
+            logits = processors(torch.cat([mask.new_zeros((len(active), 1)).long(), history], dim=1), logits)
         plain = torch.log_softmax(logits, dim=-1)
         warm = plain if temperature == 1.0 else torch.log_softmax(logits / temperature, dim=-1)
         chosen = plain.argmax(-1)
@@ -144,23 +167,31 @@ def sample_answers(
         )
         warm_list = chosen_warm.tolist()
         step = chosen.tolist()
-        for row in range(width):
+        for j, row in enumerate(active):
             if done[row]:
-                step[row] = pad_id
+                step[j] = pad_id
                 continue
-            tokens[row].append(step[row])
-            sampled_lp[row].append(warm_list[row])
-            if step[row] == eos_id:
+            tokens[row].append(step[j])
+            sampled_lp[row].append(warm_list[j])
+            if step[j] == eos_id:
                 done[row] = True
                 continue
-            scores[row] += chosen_plain[row]
+            scores[row] += chosen_plain[j]
             if complete(tokens[row]):
                 done[row] = True
         if all(done):
             break
         step_ids = torch.tensor(step, device=logits.device)[:, None]
         history = torch.cat([history, step_ids], dim=1)
-        mask = torch.cat([mask, mask.new_ones((width, 1))], dim=1)
+        mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+        finished = sum(done[row] for row in active)
+        if processors is None and 2 * finished >= len(active):
+            # half the batch has ended: decode on without it (a grammar's matchers keep their rows)
+            keep = torch.tensor([j for j, row in enumerate(active) if not done[row]], device=logits.device)
+            active = [active[j] for j in keep.tolist()]
+            cache = select_rows(cache, keep)
+            mask, positions, greedy_row = mask[keep], positions[keep], greedy_row[keep]
+            history, step_ids = history[keep], step_ids[keep]
         with torch.no_grad():
             out = model(input_ids=step_ids, attention_mask=mask, position_ids=positions[:, None], cache=cache, use_cache=True)
         cache = out.cache
@@ -353,6 +384,7 @@ __all__ = [
     "Prefix",
     "answer_trees",
     "custom_mask",
+    "distinct_prompts",
     "prefill",
     "sample_answers",
     "score_chunks",

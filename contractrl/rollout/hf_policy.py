@@ -29,7 +29,7 @@ from ..tasks.cases import PublicCase
 from ..validators import RepairContract
 from ..validators.jsonvalue import canonical_json
 from .cpu import compute_context, release_memory
-from .decode import Decoded, prefill, sample_answers, score_texts
+from .decode import Decoded, distinct_prompts, prefill, sample_answers, score_texts
 from .env import contract_for
 from .native_log import native_stderr_to_log
 from .options import DEFAULT_MAX_NEW_TOKENS
@@ -247,8 +247,10 @@ class HFPolicy:
         def complete(ids: list[int]) -> bool:  # under a grammar the answer ends on the EOS it forces
             return not constrained and answer_complete(tok.decode(ids, skip_special_tokens=True))
 
+        # the episodes of a GRPO group share their first prompt: it runs, and is scored on, once
+        first, prompt_row = distinct_prompts(prompt_ids)
         with torch.no_grad(), compute_context(self.model, self.cpu_bf16):
-            prefix = prefill(self.model, enc["input_ids"], enc["attention_mask"])
+            prefix = prefill(self.model, enc["input_ids"][first], enc["attention_mask"][first])
             decoded = sample_answers(
                 self.model,
                 prefix,
@@ -261,15 +263,18 @@ class HFPolicy:
                 complete=complete,
                 greedy_first=not s.do_sample,
                 processors=processors,
+                prompt_rows=prompt_row,
             )
             lists = [self._shield_candidates(o, d) for o, d in zip(observations, decoded, strict=True)]
-            wanted = [(row, c.token_ids) for row, listed in enumerate(lists) for c in listed if c.decoded is None]
+            # (prompt, answer) pairs to teacher-force, each once
+            pairs = ((prompt_row[row], c.token_ids) for row, listed in enumerate(lists) for c in listed if c.decoded is None)
+            wanted = list(dict.fromkeys(pairs))
             temperature = s.temperature if s.do_sample and s.temperature > 0 else 1.0
-            scored = iter(score_texts(self.model, prefix, wanted, temperature))
-        for listed in lists:
+            scored = dict(zip(wanted, score_texts(self.model, prefix, wanted, temperature), strict=True))
+        for row, listed in enumerate(lists):
             for index, candidate in enumerate(listed):
                 if candidate.decoded is None:
-                    score, logprobs = next(scored)
+                    score, logprobs = scored[(prompt_row[row], candidate.token_ids)]
                     listed[index] = dataclasses.replace(candidate, score=score, logprobs=logprobs)
         generations = []
         for row, (o, listed, answers) in enumerate(zip(observations, lists, decoded, strict=True)):

@@ -52,10 +52,11 @@ def node_address() -> str:
     return "127.0.0.1"
 
 
-def _micro_batches(items: Sequence[T], size: int, length: Callable[[T], int]) -> list[list[T]]:
-    """Micro-batches of similar length (little padding); the loss is token-level, so order is free.
-    A rank with nothing to do still gets one empty micro-batch, to join the gradient all-reduce."""
-    ordered = sorted(items, key=length)
+def _micro_batches(items: Sequence[T], size: int, order: Callable[[T], Any]) -> list[list[T]]:
+    """Micro-batches of items adjacent under the sort key ``order`` (similar lengths: little
+    padding); the loss is token-level, so order is free. A rank with nothing to do still gets one
+    empty micro-batch, to join the gradient all-reduce."""
+    ordered = sorted(items, key=order)
     return [ordered[i : i + size] for i in range(0, len(ordered), size)] or [[]]
 
 
@@ -192,7 +193,47 @@ class Learner:
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return logprobs, mask
 
-    def _packed_logprobs(self, packed: PackedAnswers) -> Any:
+    def _group_logprobs(self, samples: Sequence[PolicySample], temperature: float) -> tuple[Any, Any]:
+        """:meth:`_batch_logprobs` of the samples' (prompt, completion) pairs, with the completions
+        that share a prompt packed after one copy of it (:mod:`.packing`): a GRPO group's episodes
+        begin from one observation, so a micro-batch of its first turns held the same prompt once
+        per member. Same values, up to float summation order."""
+        import torch
+
+        index: dict[tuple[int, ...], int] = {}
+        completions: list[list[tuple[int, ...]]] = []  # per distinct prompt
+        where: list[tuple[int, int] | None] = []  # each sample's (prompt, its place among that prompt's completions)
+        for sample in samples:
+            if not sample.completion_ids:
+                where.append(None)  # nothing to score; its mask row stays empty
+                continue
+            prompt = index.setdefault(tuple(sample.prompt_ids), len(index))
+            if prompt == len(completions):
+                completions.append([])
+            where.append((prompt, len(completions[prompt])))
+            completions[prompt].append(tuple(sample.completion_ids))
+        width = max(len(s.completion_ids) for s in samples)
+        device = next(self.model.parameters()).device
+        new = torch.zeros((len(samples), width), dtype=torch.float32, device=device)
+        mask = torch.zeros((len(samples), width), dtype=torch.float32, device=device)
+        if not completions:
+            return new, mask
+        examples = [SftExample(prompt, first, tuple(rest)) for prompt, (first, *rest) in zip(index, completions, strict=True)]
+        packed = pack_answers(examples, self.tokenizer.pad_token_id)
+        logprobs = self._packed_logprobs(packed, temperature)
+        first_negative = [len(examples) + sum(len(e.negatives) for e in examples[:i]) for i in range(len(examples))]
+        answer_of = packed.token_answer.to(device)
+        for row, place in enumerate(where):
+            if place is None:
+                continue
+            example, nth = place  # pack_answers numbers the examples' first answers, then the rest in order
+            answer = example if nth == 0 else first_negative[example] + nth - 1
+            values = logprobs[answer_of == answer]
+            new[row, width - len(values) :] = values
+            mask[row, width - len(values) :] = 1.0
+        return new, mask
+
+    def _packed_logprobs(self, packed: PackedAnswers, temperature: float = 1.0) -> Any:
         """The log-probability of every answer token of ``packed``, in its token order.
 
         The output head runs on the predicting positions only: a packed row's answers leave the
@@ -217,7 +258,7 @@ class Learner:
                 hidden[packed.token_row.to(param.device), packed.token_predictor.to(param.device)]
             )
         targets = packed.token_target.to(param.device).unsqueeze(-1)
-        return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets).squeeze(-1)
+        return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets).squeeze(-1)
 
     def sft_step(
         self,
@@ -283,7 +324,10 @@ class Learner:
 
         engine = self._require_engine()
         grpo = self.config.grpo
-        chunks = _micro_batches(samples, grpo.micro_batch_size, lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        # a prompt's samples side by side, so that a micro-batch packs them after one copy of it
+        chunks = _micro_batches(
+            samples, grpo.micro_batch_size, lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids))
+        )
         sums = {"policy_loss_sum": 0.0, "kl_sum": 0.0, "clipped_tokens": 0.0, "ratio_sum": 0.0, "tokens": 0.0, "loss_sum": 0.0}
         for index, chunk in enumerate(chunks):
             last = index == len(chunks) - 1
@@ -291,7 +335,7 @@ class Learner:
                 engine.backward(self._zero_loss(), last=last)
                 continue
             pairs = [(s.prompt_ids, s.completion_ids) for s in chunk]
-            new, mask = self._batch_logprobs(pairs, grpo.temperature)
+            new, mask = self._group_logprobs(chunk, grpo.temperature)
             old = torch.zeros_like(new)
             for row, sample in enumerate(chunk):
                 if sample.old_logprobs:

@@ -31,7 +31,8 @@ def test_defaults_are_the_main_jobs_training() -> None:
     assert main_job.pop("out") == "runs/main/train" and main_job.pop("resume") is True
     defaults.pop("out"), defaults.pop("resume")
     assert main_job != defaults and main_job == merge(defaults, MAIN_JOB["train"])
-    assert set(MAIN_JOB) == {"train"}  # the budget changes touch training only
+    # the budget changes touch training, and where the report scores (in process: pipeline.MAIN_JOB)
+    assert set(MAIN_JOB) == {"train", "report"} and MAIN_JOB["report"] == {"workers": 0}
     tiny = load_config(TrainConfig, ROOT / "tune_configs" / "tiny.yaml")
     assert tiny.model.name == "tiny" and not tiny.model.lora.enabled
     # the main job's training as a file (the base of sweeps over the real model) is the same config

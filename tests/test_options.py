@@ -199,12 +199,14 @@ def test_report_run_dirs_and_overrides_share_the_positionals(capsys: pytest.Capt
 
 
 def test_the_main_jobs_report_section_is_the_report_commands() -> None:
-    """One default and one check: ``run``'s report section and ``report``'s options are one class."""
+    """One class and one check: ``run``'s report section and ``report``'s options. The main job
+    scores its few hundred episodes in process (``pipeline.MAIN_JOB``); ``report`` on Ray Data."""
     from contractrl.pipeline import load_main_job_config
 
     report = load_main_job_config().report
     assert type(report) is ReportConfig and isinstance(ReportOptions(), ReportConfig)
-    assert to_dict(report) == {"workers": 1, "thresholds": list(DEFAULT_THRESHOLDS)}
+    assert to_dict(report) == {"workers": 0, "thresholds": list(DEFAULT_THRESHOLDS)}
+    assert ReportOptions().workers == 1
 
 
 def test_study_options_keep_the_transfer_studys_training_keys() -> None:

@@ -495,3 +495,47 @@ def test_a_group_sharing_its_prompt_is_prefilled_and_scored_once(tiny: tuple[Any
     reused = decode.sample_answers(model, shared, 2, complete=lambda _: False, prompt_rows=of_row, **common)
     for mine, theirs in zip(itertools.chain(*own), itertools.chain(*reused), strict=True):
         assert mine.token_ids == theirs.token_ids and mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+
+
+def test_rows_that_leave_a_decoding_batch_decode_as_in_a_whole_batch(tiny: tuple[Any, Any]) -> None:
+    """Once half the rows still decoding have ended, the ended ones leave the batch: the greedy
+    answers, their log-probabilities and ends are those of a batch kept whole (as a grammar's
+    processors keep it; an empty processor list changes no logit), and the forwards shrink."""
+    from transformers import LogitsProcessorList
+
+    from contractrl.rollout import decode
+    from contractrl.rollout.policies import Observation
+    from contractrl.rollout.prompts import render_messages, render_prompt
+
+    model, tok = tiny
+    obs = [Observation(c.public, RepairEnv(c.public).reset(), 0) for c in CASES[:6]]
+    prompts = [render_prompt(render_messages(o.case, o.state, "contractrl"), tok) for o in obs]
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    prefix = decode.prefill(model, enc["input_ids"], enc["attention_mask"])
+    lengths = {i: 2 + 2 * i for i in range(6)}  # row i ends after 2 + 2i tokens: the batch thins out
+    common = {"max_new_tokens": 14, "temperature": 1.0, "eos_id": -1, "pad_id": tok.pad_token_id, "seed": 0}
+
+    def run(processors: Any) -> tuple[list[decode.Decoded], list[int]]:
+        seen: list[int] = []
+        ends = iter(range(6))
+        rows = {}
+
+        def complete(ids: list[int]) -> bool:
+            if id(ids) not in rows:  # rows are first asked in order; each keeps one token list throughout
+                rows[id(ids)] = next(ends)
+            return len(ids) >= lengths[rows[id(ids)]]
+
+        hook = model.register_forward_pre_hook(lambda _, a, kw: seen.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        try:
+            answers = decode.sample_answers(model, prefix, 1, complete=complete, processors=processors, **common)
+        finally:
+            hook.remove()
+        return [a[0] for a in answers], seen
+
+    thinned, shrinking = run(None)
+    whole, constant = run(LogitsProcessorList([]))
+    assert set(constant) == {6} and shrinking[-1] < 6 and shrinking == sorted(shrinking, reverse=True)
+    for mine, theirs in zip(thinned, whole, strict=True):
+        assert mine.token_ids == theirs.token_ids and mine.ended == theirs.ended
+        assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)
+    assert [len(a.token_ids) for a in thinned] == [lengths[i] for i in range(6)]

@@ -272,6 +272,7 @@ def _evaluate_others(config: MainJobConfig, eval_cases: Path, whole_dir: Path | 
             do_sample=False,
             batch_size=config.train.eval.batch_size,
             shield_k=config.train.eval.shield_k,
+            shield_defer=config.train.eval.defer,
         )
         load = functools.partial(
             load_model, str(Path(whole_dir).resolve()), cache_dir=Path(config.train.model.cache_dir).resolve()
@@ -343,6 +344,7 @@ def _evaluate_bfcl(config: MainJobConfig, whole_dir: Path | None, out: Path, pro
             do_sample=False,
             batch_size=config.train.eval.batch_size,
             shield_k=config.train.eval.shield_k,
+            shield_defer=config.train.eval.defer,
         )
         policy = HFPolicy(model, tokenizer, sampling=sampling, name=label, cpu_bf16=config.train.model.cpu_bf16)
         setup = StudySetup(lambda _, p=policy: p, pool, arm=arm, seed=seed, model=label, stage=stage_name, progress=progress)

@@ -259,12 +259,21 @@ def test_the_rollout_and_the_gate_decode_alike() -> None:
     from contractrl.gate.policy import HFOptions
     from contractrl.rollout.hf_policy import SamplingConfig
 
-    values = {"max_new_tokens": 40, "temperature": 0.0, "seed": 7, "shield_k": 3, "enumerate": False}
-    expected = SamplingConfig(max_new_tokens=40, temperature=0.0, do_sample=False, seed=7, shield_k=3, shield_enumerate=False)
+    values = {"max_new_tokens": 40, "temperature": 0.0, "seed": 7, "shield_k": 3, "enumerate": False, "defer": False}
+    expected = SamplingConfig(
+        max_new_tokens=40, temperature=0.0, do_sample=False, seed=7, shield_k=3, shield_enumerate=False, shield_defer=False
+    )
     for options in (RolloutOptions(**values), StudyOptions(**values), HFOptions(**values)):
         assert SamplingConfig.from_options(options) == expected, type(options).__name__
     sampled = SamplingConfig.from_options(RolloutOptions())
-    assert (sampled.do_sample, sampled.temperature, sampled.shield_k, sampled.shield_enumerate) == (True, 1.0, 1, True)
+    assert (sampled.do_sample, sampled.temperature, sampled.shield_k, sampled.shield_enumerate, sampled.shield_defer) == (
+        True,
+        1.0,
+        1,
+        True,
+        True,
+    )
+    assert HFOptions().defer and SamplingConfig.from_options(HFOptions()).shield_defer  # the gate defers too
 
 
 def test_one_model_cache_default() -> None:

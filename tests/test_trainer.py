@@ -597,6 +597,12 @@ def test_packed_answers_score_as_separate_rows(tmp_path: Path, model_cache: str,
     assert int(packed.token_first.sum()) == len(examples)
     assert int(packed.token_gold.sum()) == sum(len(e.answer_ids) for e in examples)
     assert packed.negative_owner.tolist() == [0, 0, 2, 3, 3]
+    # each example's answers by number: its gold, then its negatives after every gold answer
+    assert packed.answer_index == ((0, 4, 5), (1,), (2, 6), (3, 7, 8))
+    for example, numbers in enumerate(packed.answer_index):
+        for nth, number in enumerate(numbers):
+            tokens = (examples[example].answer_ids, *examples[example].negatives)[nth]
+            assert packed.token_target[packed.token_answer == number].tolist() == list(tokens)
     with pytest.raises(ValueError, match="SDPA or eager"):
         custom_mask(packed.allowed, "flash_attention_2", torch.float32)
 

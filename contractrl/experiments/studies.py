@@ -191,6 +191,7 @@ def transfer_study(
         do_sample=False,
         batch_size=config.eval.batch_size,
         shield_k=config.eval.shield_k,
+        shield_defer=config.eval.defer,
     )
     runs = []
     for heldout in families:

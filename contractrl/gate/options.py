@@ -91,6 +91,9 @@ class ServeOptions:
         1, help="hf policies: shielded decoding with K proposals per decision (0 = blind decoding; rollout/shield.py)", ge=0
     )
     enumerate: bool = setting(True, help="hf policies, shielded: weigh the enumerated candidates beside the model's proposals")
+    defer: bool = setting(
+        True, help="hf policies, shielded: decode proposals only where the enumerated candidates settle nothing"
+    )
     max_body_bytes: int = setting(1_000_000, help="the largest request body accepted (larger: a typed too_large error)", ge=1)
 
     def __post_init__(self) -> None:

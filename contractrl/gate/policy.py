@@ -36,6 +36,7 @@ class HFOptions:
 
     shield_k: int = 1
     enumerate: bool = True
+    defer: bool = True
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     temperature: float = 0.0
     mode: str = "same_information"

@@ -29,13 +29,13 @@ from ..tasks.cases import PublicCase
 from ..validators import RepairContract
 from ..validators.jsonvalue import canonical_json
 from .cpu import compute_context, release_memory
-from .decode import Decoded, distinct_prompts, prefill, sample_answers, score_texts
+from .decode import Decoded, Prefix, distinct_prompts, prefill, sample_answers, score_texts
 from .env import contract_for
 from .native_log import native_stderr_to_log
 from .options import DEFAULT_MAX_NEW_TOKENS
 from .policies import ABSTAIN, Generation, Observation
 from .prompts import render_messages, render_prompt
-from .shield import answer_key, choose, enumerated_answers, probe
+from .shield import SETTLED, Choice, Probe, answer_key, choose, enumerated_answers, probe
 
 
 class DecodingOptions(Protocol):
@@ -53,6 +53,8 @@ class DecodingOptions(Protocol):
     def shield_k(self) -> int: ...
     @property
     def enumerate(self) -> bool: ...
+    @property
+    def defer(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class SamplingConfig:
     shield_k: int = 0
     # the shield also scores the enumerated candidates (rollout/candidates.py) beside the proposals
     shield_enumerate: bool = True
+    # the shield weighs the enumerated candidates first and decodes only where they settle nothing
+    shield_defer: bool = False
 
     @classmethod
     def from_options(cls, options: DecodingOptions) -> SamplingConfig:
@@ -79,6 +83,7 @@ class SamplingConfig:
             seed=options.seed,
             shield_k=options.shield_k,
             shield_enumerate=options.enumerate,
+            shield_defer=options.defer,
         )
 
 
@@ -230,12 +235,64 @@ class HFPolicy:
 
     def _shielded_batch(self, observations: Sequence[Observation]) -> list[Generation]:
         """K proposals per observation from one shared prefill, the enumerated candidates scored on
-        the same cache, each probed on the public contract, one committed (rollout/shield.py)."""
+        the same cache, each probed on the public contract, one committed (rollout/shield.py).
+
+        With ``shield_defer`` the enumerated candidates are weighed first, and a decision they settle
+        (the policy abstains, or one of them is accepted) commits without generating anything; the
+        rest decode their K proposals and weigh everything together, as without it."""
         import torch
 
         start = time.perf_counter()
-        tok, s = self.tokenizer, self.sampling
+        s = self.sampling
         enc, prompt_tokens, prompt_ids = self._encode(observations)
+        temperature = s.temperature if s.do_sample and s.temperature > 0 else 1.0
+        # the episodes of a GRPO group share their first prompt: it runs, and is scored on, once
+        first, prompt_row = distinct_prompts(prompt_ids)
+        scored: dict[tuple[int, tuple[int, ...]], tuple[float, tuple[float, ...]]] = {}
+        lists: list[list[_ShieldCandidate]] = [[] for _ in observations]
+        decisions: dict[int, tuple[list[Probe], Choice]] = {}
+        decoded: dict[int, list[Decoded]] = {}
+        with torch.no_grad(), compute_context(self.model, self.cpu_bf16):
+            prefix = prefill(self.model, enc["input_ids"][first], enc["attention_mask"][first])
+            if s.shield_defer:
+                for row, o in enumerate(observations):
+                    lists[row] = self._shield_candidates(o, ())
+                self._score(prefix, prompt_row, lists, scored, temperature)
+                for row, o in enumerate(observations):
+                    probes, choice = self._decide(o, lists[row])
+                    if choice.tier in SETTLED:
+                        decisions[row] = (probes, choice)
+            rows = [row for row in range(len(observations)) if row not in decisions]
+            if rows:
+                answers = self._propose(prefix, [observations[r] for r in rows], [prompt_row[r] for r in rows])
+                for row, proposed in zip(rows, answers, strict=True):
+                    decoded[row] = proposed
+                    lists[row] = self._shield_candidates(observations[row], proposed)
+                self._score(prefix, prompt_row, lists, scored, temperature)
+        generations = []
+        for row, o in enumerate(observations):
+            probes, choice = decisions[row] if row in decisions else self._decide(o, lists[row])
+            listed = lists[row]
+            chosen = listed[choice.index] if choice.index is not None else _ShieldCandidate(ABSTAIN, (), (), 0.0, None)
+            generations.append(
+                Generation(
+                    text=chosen.text,
+                    finish_reason="stop" if chosen.decoded is None or chosen.decoded.ended else "length",
+                    generated_tokens=sum(len(d.token_ids) for d in decoded.get(row, ())),
+                    prompt_tokens=int(prompt_tokens[row]) + sum(len(c.token_ids) for c in listed if c.decoded is None),
+                    token_ids=chosen.token_ids,
+                    logprobs=chosen.logprobs,
+                    prompt_ids=prompt_ids[row],
+                    probes=choice.probes + (1 if self.sampling.shield_enumerate else 0),  # + the re-check
+                )
+            )
+        share = (time.perf_counter() - start) / len(observations)
+        release_memory()
+        return [dataclasses.replace(g, gen_s=share) for g in generations]
+
+    def _propose(self, prefix: Prefix, observations: Sequence[Observation], prompt_rows: Sequence[int]) -> list[list[Decoded]]:
+        """The K decoded proposals of each observation, continuing its prompt's prefill row."""
+        tok, s = self.tokenizer, self.sampling
         constrained = _grammar(observations)
         processors = None
         if constrained:
@@ -247,56 +304,46 @@ class HFPolicy:
         def complete(ids: list[int]) -> bool:  # under a grammar the answer ends on the EOS it forces
             return not constrained and answer_complete(tok.decode(ids, skip_special_tokens=True))
 
-        # the episodes of a GRPO group share their first prompt: it runs, and is scored on, once
-        first, prompt_row = distinct_prompts(prompt_ids)
-        with torch.no_grad(), compute_context(self.model, self.cpu_bf16):
-            prefix = prefill(self.model, enc["input_ids"][first], enc["attention_mask"][first])
-            decoded = sample_answers(
-                self.model,
-                prefix,
-                s.shield_k,
-                max_new_tokens=s.max_new_tokens,
-                temperature=s.temperature if s.temperature > 0 else 1.0,
-                eos_id=tok.eos_token_id,
-                pad_id=tok.pad_token_id,
-                seed=self._seed(observations),
-                complete=complete,
-                greedy_first=not s.do_sample,
-                processors=processors,
-                prompt_rows=prompt_row,
-            )
-            lists = [self._shield_candidates(o, d) for o, d in zip(observations, decoded, strict=True)]
-            # (prompt, answer) pairs to teacher-force, each once
-            pairs = ((prompt_row[row], c.token_ids) for row, listed in enumerate(lists) for c in listed if c.decoded is None)
-            wanted = list(dict.fromkeys(pairs))
-            temperature = s.temperature if s.do_sample and s.temperature > 0 else 1.0
-            scored = dict(zip(wanted, score_texts(self.model, prefix, wanted, temperature), strict=True))
+        return sample_answers(
+            self.model,
+            prefix,
+            s.shield_k,
+            max_new_tokens=s.max_new_tokens,
+            temperature=s.temperature if s.temperature > 0 else 1.0,
+            eos_id=tok.eos_token_id,
+            pad_id=tok.pad_token_id,
+            seed=self._seed(observations),
+            complete=complete,
+            greedy_first=not s.do_sample,
+            processors=processors,
+            prompt_rows=prompt_rows,
+        )
+
+    def _score(
+        self,
+        prefix: Prefix,
+        prompt_row: Sequence[int],
+        lists: list[list[_ShieldCandidate]],
+        scored: dict[tuple[int, tuple[int, ...]], tuple[float, tuple[float, ...]]],
+        temperature: float,
+    ) -> None:
+        """Score, in place, the listed candidates the model did not decode: each (prompt, answer)
+        pair is teacher-forced once, ``scored`` keeping the pairs already forced."""
+        pairs = ((prompt_row[row], c.token_ids) for row, listed in enumerate(lists) for c in listed if c.decoded is None)
+        wanted = [pair for pair in dict.fromkeys(pairs) if pair not in scored]
+        if wanted:
+            scored.update(zip(wanted, score_texts(self.model, prefix, wanted, temperature), strict=True))
         for row, listed in enumerate(lists):
             for index, candidate in enumerate(listed):
                 if candidate.decoded is None:
                     score, logprobs = scored[(prompt_row[row], candidate.token_ids)]
                     listed[index] = dataclasses.replace(candidate, score=score, logprobs=logprobs)
-        generations = []
-        for row, (o, listed, answers) in enumerate(zip(observations, lists, decoded, strict=True)):
-            contract = self._contract(o.case)
-            probes = [probe(contract, o.case, o.state, c.text, o.arm) for c in listed]
-            choice = choose([c.text for c in listed], [c.score for c in listed], probes, o.state.attempts_left)
-            chosen = listed[choice.index] if choice.index is not None else _ShieldCandidate(ABSTAIN, (), (), 0.0, None)
-            generations.append(
-                Generation(
-                    text=chosen.text,
-                    finish_reason="stop" if chosen.decoded is None or chosen.decoded.ended else "length",
-                    generated_tokens=sum(len(d.token_ids) for d in answers),
-                    prompt_tokens=int(prompt_tokens[row]) + sum(len(c.token_ids) for c in listed if c.decoded is None),
-                    token_ids=chosen.token_ids,
-                    logprobs=chosen.logprobs,
-                    prompt_ids=prompt_ids[row],
-                    probes=choice.probes + (1 if self.sampling.shield_enumerate else 0),  # + the re-check
-                )
-            )
-        share = (time.perf_counter() - start) / len(observations)
-        release_memory()
-        return [dataclasses.replace(g, gen_s=share) for g in generations]
+
+    def _decide(self, o: Observation, listed: Sequence[_ShieldCandidate]) -> tuple[list[Probe], Choice]:
+        """Each candidate probed on the public contract, and the one :func:`choose` commits."""
+        contract = self._contract(o.case)
+        probes = [probe(contract, o.case, o.state, c.text, o.arm) for c in listed]
+        return probes, choose([c.text for c in listed], [c.score for c in listed], probes, o.state.attempts_left)
 
     def _shield_candidates(self, o: Observation, answers: Sequence[Decoded]) -> list[_ShieldCandidate]:
         """The model's distinct proposals, then ABSTAIN and the enumerated candidates it did not

@@ -47,6 +47,11 @@ class PolicyOptions:
     enumerate: bool = setting(
         True, help="hf policies, shielded: weigh the enumerated candidates beside the model's own proposals"
     )
+    defer: bool = setting(
+        True,
+        help="hf policies, shielded: weigh the enumerated candidates first and decode proposals only where none of "
+        "them settles the decision (the policy abstains, or one is accepted; false: always decode)",
+    )
     policy_actors: int = setting(
         0, help="hf policies: generate on N Ray actors, each holding the model (0 = in this process)", ge=0
     )

@@ -22,6 +22,13 @@ freed from the call, not among the schema's values) does not count: the verifier
 accepts an invented value as readily as a stated one, and this is the rule that keeps one from
 reaching the tool.
 
+Rules 1 and 2 can be settled by the enumerated candidates alone (:data:`SETTLED`): a proposal
+could not overturn the policy's own ABSTAIN, and where an enumerated candidate is accepted a
+proposal could at best be accepted too. So a deferring policy (``defer``, the default of every
+command) weighs them first and decodes its proposals only for the decisions they leave open:
+generation is most of a decision's cost, and on BFCL calls, a few short arguments, a patch is
+nearly as long as the call it repairs, so generating nothing is what saves tokens there.
+
 The enumerated candidates are built at the report's pointers and, after one more probe that
 re-checks the current call (:func:`recheck`), at the pointers the public verifier itself names: a
 report handed to the policy may point at the wrong place or be garbled (the noisy-feedback
@@ -67,6 +74,9 @@ _INADMISSIBLE = frozenset(PATCH_CODES) | frozenset(
 _ENDS = frozenset({Code.ABSTAIN, Code.REFUSAL})
 # log(1/2): at or above it, the policy puts more probability on ABSTAIN than on every other answer
 _HALF = math.log(0.5)
+# the tiers a decision's enumerated candidates settle alone: more proposals could not overturn the
+# policy's own ABSTAIN, and an accepted candidate is what a proposal could at best also be
+SETTLED = frozenset({"abstain", "accepted"})
 # the most enumerated candidates one decision scores (ABSTAIN included); the selector's slot count
 MAX_ENUMERATED = 16
 
@@ -89,7 +99,7 @@ class Choice:
 
     index: int | None
     probes: int
-    tier: str  # "accepted", "admissible" or "abstain": which rule of the module docstring decided
+    tier: str  # which rule of the module docstring decided: "abstain" (1), "accepted" (2), "admissible" (3), "nothing" (4)
 
 
 def probe(contract: RepairContract, case: PublicCase, state: PublicState, text: str, arm: str) -> Probe:
@@ -124,7 +134,7 @@ def choose(texts: Sequence[str], scores: Sequence[float], probes: Sequence[Probe
         ]
         if hopeful:
             return Choice(_best(hopeful, scores), n, "admissible")
-    return Choice(_best(abstain, scores) if abstain else None, n, "abstain")
+    return Choice(_best(abstain, scores) if abstain else None, n, "nothing")
 
 
 def _best(indices: list[int], scores: Sequence[float]) -> int:
@@ -165,4 +175,4 @@ def answer_key(text: str) -> str:
     return canonical_json(parsed.value) if parsed.is_value else text.strip()
 
 
-__all__ = ["MAX_ENUMERATED", "Choice", "Probe", "answer_key", "choose", "enumerated_answers", "probe", "recheck"]
+__all__ = ["MAX_ENUMERATED", "SETTLED", "Choice", "Probe", "answer_key", "choose", "enumerated_answers", "probe", "recheck"]

@@ -320,6 +320,12 @@ class EvalConfig:
         ge=0,
         why="(0: blind decoding)",
     )
+    defer: bool = setting(
+        True,
+        help="shielded decoding weighs the enumerated candidates first and decodes proposals only where none settles "
+        "the decision (an accepted one, or the policy's ABSTAIN): same held-out success, a third of the tokens "
+        "(docs/notebook/2026-12-07-deferring-to-candidates.md)",
+    )
 
 
 @dataclass(frozen=True)

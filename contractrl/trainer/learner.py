@@ -221,14 +221,12 @@ class Learner:
         examples = [SftExample(prompt, first, tuple(rest)) for prompt, (first, *rest) in zip(index, completions, strict=True)]
         packed = pack_answers(examples, self.tokenizer.pad_token_id)
         logprobs = self._packed_logprobs(packed, temperature)
-        first_negative = [len(examples) + sum(len(e.negatives) for e in examples[:i]) for i in range(len(examples))]
         answer_of = packed.token_answer.to(device)
         for row, place in enumerate(where):
             if place is None:
                 continue
-            example, nth = place  # pack_answers numbers the examples' first answers, then the rest in order
-            answer = example if nth == 0 else first_negative[example] + nth - 1
-            values = logprobs[answer_of == answer]
+            example, nth = place
+            values = logprobs[answer_of == packed.answer_index[example][nth]]
             new[row, width - len(values) :] = values
             mask[row, width - len(values) :] = 1.0
         return new, mask

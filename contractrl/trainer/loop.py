@@ -159,6 +159,7 @@ class Trainer:
             do_sample=False,
             batch_size=cfg.batch_size,
             shield_k=cfg.shield_k,
+            shield_defer=cfg.defer,
         )
         policy = GroupPolicy(self.group, sampling, name=self.config.model.label)
         bar = _progress(self.progress, len(self.eval_cases), 0, f"eval after {stage.name}", unit="ep")

@@ -44,6 +44,7 @@ class PackedAnswers:
     token_first: Any  # (tokens,) bool: a gold answer's first token
     answers: int  # answers in the batch: the examples' gold answers (0..examples-1), then the negatives
     negative_owner: Any  # (negatives,) long: the example (= its gold answer) each negative ranks below
+    answer_index: tuple[tuple[int, ...], ...]  # per example, its answers' numbers (gold, then negatives)
 
 
 def packed_length(example: SftExample) -> int:
@@ -80,10 +81,11 @@ def pack_answers(examples: Sequence[SftExample], pad_id: int) -> PackedAnswers:
         if not example.prompt_ids or not all((example.answer_ids, *example.negatives)):
             raise ValueError("pack_answers needs a non-empty prompt and non-empty answers")
     layout = row_layout(examples)
-    # answer ids: example i's gold is i, its negatives are numbered after every gold answer
-    first_negative, negative_owner = [], []
+    # answer numbers: example i's gold is i, its negatives are numbered after every gold answer
+    answer_index, negative_owner = [], []
     for index, example in enumerate(examples):
-        first_negative.append(len(examples) + len(negative_owner))
+        first = len(examples) + len(negative_owner)
+        answer_index.append((index, *range(first, first + len(example.negatives))))
         negative_owner += [index] * len(example.negatives)
 
     def row_tokens(index: int, answers: list[int]) -> list[tuple[int, ...]]:
@@ -114,7 +116,7 @@ def pack_answers(examples: Sequence[SftExample], pad_id: int) -> PackedAnswers:
         cursor = end_prompt
         for answer, ids in zip(answers, tokens, strict=True):
             gold = answer == 0
-            answer_id = index if gold else first_negative[index] + answer - 1
+            answer_id = answer_index[index][answer]
             span = slice(cursor, cursor + len(ids))
             input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
             position_ids[row, span] = torch.arange(len(prompt), len(prompt) + len(ids))
@@ -140,6 +142,7 @@ def pack_answers(examples: Sequence[SftExample], pad_id: int) -> PackedAnswers:
         token_first=torch.tensor(token_first, dtype=torch.bool),
         answers=len(examples) + len(negative_owner),
         negative_owner=torch.tensor(negative_owner, dtype=torch.long),
+        answer_index=tuple(answer_index),
     )
 
 

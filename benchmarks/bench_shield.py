@@ -6,7 +6,9 @@ then scores it with the judge:
 - ``blind``: today's decoding, one answer sent as it is (K = 0);
 - ``k<K>``: K proposals (the greedy one and K - 1 samples) and the enumerated candidates, scored by
   the model and probed on the public contract before one is committed (rollout/shield.py);
-- ``k<K>-own``: the same without the enumerated candidates (the model's own proposals only).
+- ``k<K>-own``: the same without the enumerated candidates (the model's own proposals only);
+- ``k<K>-defer``: the enumerated candidates weighed first, the K proposals decoded only where none of
+  them settles the decision (``defer``, the default of every command; ``k<K>`` always decodes).
 
 Per variant: semantic success with its case count, per-family success, generated tokens, probes,
 and mean / p95 episode time (generation + checks) per episode; every variant paired with the first
@@ -39,15 +41,15 @@ from contractrl.tasks.store import read_public
 from contractrl.trainer.presets import load_model
 
 
-def parse_variant(name: str) -> tuple[int, bool]:
-    """``blind`` -> (0, False); ``k4`` -> (4, True); ``k4-own`` -> (4, False)."""
+def parse_variant(name: str) -> tuple[int, bool, bool]:
+    """(K, enumerate, defer): ``blind`` -> (0, False, False); ``k4`` -> (4, True, False); ``k4-own``
+    -> (4, False, False); ``k4-defer`` -> (4, True, True)."""
     if name == "blind":
-        return 0, False
-    own = name.endswith("-own")
-    body = name.removesuffix("-own")
-    if not body.startswith("k") or not body[1:].isdigit() or int(body[1:]) < 1:
-        raise SystemExit(f"unknown variant {name!r}: use blind, k<K> or k<K>-own (K >= 1)")
-    return int(body[1:]), not own
+        return 0, False, False
+    body, _, suffix = name.partition("-")
+    if not body.startswith("k") or not body[1:].isdigit() or int(body[1:]) < 1 or suffix not in ("", "own", "defer"):
+        raise SystemExit(f"unknown variant {name!r}: use blind, k<K>, k<K>-own or k<K>-defer (K >= 1)")
+    return int(body[1:]), suffix != "own", suffix == "defer"
 
 
 def summarize(scored: list[tuple[dict[str, Any], Any]]) -> dict[str, Any]:
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="a trained model or adapter directory (stages/<stage>)")
     parser.add_argument("--cases", required=True, help="the held-out case directory (public and offline halves)")
     parser.add_argument("--arm", default="contractrl")
-    parser.add_argument("--variants", default="blind,k1,k2,k4", help="comma-separated: blind, k<K>, k<K>-own")
+    parser.add_argument("--variants", default="blind,k1,k2,k4", help="comma-separated: blind, k<K>, k<K>-own, k<K>-defer")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", default="runs/bench_shield")
@@ -89,20 +91,27 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     outcomes: dict[str, list[bool]] = {}
     for name in variants:
-        k, enumerate_ = settings[name]
+        k, enumerate_, defer = settings[name]
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens,
             do_sample=False,
             batch_size=args.batch_size,
             shield_k=k,
             shield_enumerate=enumerate_,
+            shield_defer=defer,
         )
         policy = HFPolicy(model, tokenizer, sampling=sampling, name=f"shield-{name}")
         setup = StudySetup(lambda _, p=policy: p, LocalPool(1), arm=args.arm, model=Path(args.model).name, stage=name)
         start = time.perf_counter()
         run_dir = evaluate(setup, cases, out / name, {"study": "shield", "variant": name})
         scored = judge.score_run(run_dir)
-        results[name] = {**summarize(scored), "k": k, "enumerate": enumerate_, "wall_s": time.perf_counter() - start}
+        results[name] = {
+            **summarize(scored),
+            "k": k,
+            "enumerate": enumerate_,
+            "defer": defer,
+            "wall_s": time.perf_counter() - start,
+        }
         outcomes[name] = [v.success for _, v in sorted(scored, key=lambda rv: rv[0]["case_id"])]
         print(f"{name}: success {results[name]['success']:.3f} of {results[name]['n']}", file=sys.stderr)
     base = variants[0]

@@ -170,6 +170,12 @@ def test_confidence_pointer_fix_and_leakage_by_hand() -> None:
     ]
     m = episode_metrics(_row(attempts=json.dumps(answer), first_attempt_valid=True), PUBLIC, gold, success=True, unsafe=False)
     assert m["confidence"] == pytest.approx(math.exp(-0.5))  # geometric-mean token probability
+    # a shielded answer: the mean is over the committed answer's tokens, not over what was decoded
+    # (here an enumerated candidate of 2 tokens, committed with nothing decoded at all)
+    for decoded in (0, 9):
+        shielded = [{**answer[0], "generated_tokens": decoded, "answer_tokens": 2}]
+        got = episode_metrics(_row(attempts=json.dumps(shielded)), PUBLIC, gold, success=True, unsafe=False)["confidence"]
+        assert got == pytest.approx(math.exp(-1.5))
     assert (m["pointer_fix"], m["leakage"], m["op_family"], m["structure"]) == (True, 0, "replace", "flat")
     elsewhere = [{**answer[0], "ops": [{"op": "replace", "path": "/b", "value": 1}]}]
     assert (

@@ -232,6 +232,8 @@ def test_shielded_episodes_count_their_probes_and_send_nothing_refused(tiny: tup
             assert row["probes"] == sum(a["probes"] for a in row["attempts"]) >= len(row["attempts"])
             for attempt in row["attempts"]:
                 assert attempt["probes"] >= 2  # ABSTAIN and at least one proposal
+                # the committed answer was decoded or scored: its log-probability is over its own tokens
+                assert attempt["logprob"] is not None and attempt["answer_tokens"] >= 1, attempt
                 assert Code(attempt["outcome"]) not in _REFUSED, attempt
 
 

@@ -92,11 +92,17 @@ def accepted_ops(row: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def confidence(attempts: list[dict[str, Any]]) -> float:
-    """exp(mean token log-probability) of the first answer; NaN when the policy reported none."""
+    """exp(mean token log-probability) of the first answer; NaN when the policy reported none.
+
+    The mean is over the committed answer's own tokens (``answer_tokens``): a shielded decision
+    decodes proposals it may not commit, and may commit an enumerated candidate it only scored, so
+    its generated tokens are not the answer's. Ledgers written before ``answer_tokens`` existed fall
+    back to the generated tokens (right for blind decoding, which commits what it decoded)."""
     if not attempts:
         return math.nan
     first = attempts[0]
-    logprob, tokens = first.get("logprob"), int(first.get("generated_tokens") or 0)
+    tokens = first.get("answer_tokens")
+    logprob, tokens = first.get("logprob"), int(first.get("generated_tokens") or 0) if tokens is None else int(tokens)
     if logprob is None or tokens <= 0:
         return math.nan
     return math.exp(float(logprob) / tokens)

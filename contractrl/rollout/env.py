@@ -49,6 +49,9 @@ class StepRecord:
     logprob: float | None = None  # the generator's log-probability of the answer (calibration), if it has one
     gen_s: float = 0.0  # wall seconds the policy spent generating this answer (its share of a batch)
     probes: int = 0  # candidate answers the policy checked on the public contract before committing this one
+    # tokens of the committed answer, the length ``logprob`` sums over: a shielded decision may commit an
+    # answer it never decoded (an enumerated candidate) or decode proposals it did not commit
+    answer_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The attempt as the ledger row holds it (wall time goes to the timing file, not the chain)."""
@@ -69,6 +72,7 @@ class StepRecord:
             "finish_reason": self.finish_reason,
             "logprob": self.logprob,
             "probes": self.probes,
+            "answer_tokens": self.answer_tokens,
         }
 
 
@@ -129,6 +133,7 @@ class RepairEnv:
         logprob: float | None = None,
         gen_s: float = 0.0,
         probes: int = 0,
+        answer_tokens: int | None = None,
     ) -> tuple[PublicState, StepRecord]:
         if self.state is None:
             raise RuntimeError("call reset() before step()")
@@ -164,6 +169,7 @@ class RepairEnv:
             logprob=logprob,
             gen_s=gen_s,
             probes=probes,
+            answer_tokens=answer_tokens,
         )
         self.log.steps.append(record)
         return self.state, record
@@ -178,6 +184,7 @@ class RepairEnv:
             logprob=sum(generation.logprobs) if generation.logprobs else None,
             gen_s=generation.gen_s,
             probes=generation.probes,
+            answer_tokens=len(generation.logprobs) if generation.logprobs else None,
         )
 
     @property

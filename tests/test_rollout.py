@@ -230,10 +230,10 @@ def test_local_runner_digest_does_not_depend_on_worker_count(tmp_path: Path) -> 
 
 # The heuristic's ledgers over 39 cases (seed 3, two samples each), patch and whole-object arms.
 # A change here changes what every ledger records: bump it only with a change that means to (last:
-# 2026-12-05, every attempt and episode records the probes of a shielded decision, 0 for the heuristic).
+# 2026-12-07, every attempt records its committed answer's tokens, None for the heuristic).
 GOLDEN_DIGESTS = {
-    "contractrl": "d2ff2bc69b8afefc635e37f99077a55c157134da21f138628e360fdcc2763ca5",
-    "full_regen": "325e3afe2c6cc934f0ab46e00332857d1293fc9ca47104939fae70b0d3e62f13",
+    "contractrl": "7d886d6a05400fd9ea3bb5eae1829881ab47fd78ed6578f17b29e29b37c5c364",
+    "full_regen": "a505c7e1b7cdefdccfb8f02c7eaee1f9c9502a984dd7aaa2c5d22924526f1ad3",
 }
 
 

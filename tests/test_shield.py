@@ -456,6 +456,14 @@ def test_distinct_prompts_run_each_prompt_once_and_map_every_row_to_its_own(prom
     assert all(prompts[first[of_row[r]]] == prompts[r] for r in range(len(prompts)))
 
 
+def _assert_same_decision(got: Any, want: Any, *accounting: str) -> None:
+    """Two generations commit the same answer with the same probes and ``accounting`` fields, and
+    log-probabilities equal up to float summation order."""
+    fields = ("text", "token_ids", "probes", *accounting)
+    assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
+    assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+
+
 def test_a_group_sharing_its_prompt_is_prefilled_and_scored_once(tiny: tuple[Any, Any]) -> None:
     """A GRPO group's episodes start from one observation: the shielded batch runs each distinct
     prompt through the model once, and every episode decides as it does in a batch without the
@@ -478,14 +486,7 @@ def test_a_group_sharing_its_prompt_is_prefilled_and_scored_once(tiny: tuple[Any
     assert rows[0] == 2  # the prefill: two distinct prompts for six episodes
     alone = policy.generate_batch(one)
     for index, generation in enumerate(together):
-        reference = alone[index // 3]
-        assert (generation.text, generation.token_ids, generation.prompt_tokens, generation.probes) == (
-            reference.text,
-            reference.token_ids,
-            reference.prompt_tokens,
-            reference.probes,
-        )
-        assert generation.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
+        _assert_same_decision(generation, alone[index // 3], "prompt_tokens")
 
     prompts = [render_prompt(render_messages(o.case, o.state, "contractrl"), tok) for o in group]
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -573,11 +574,5 @@ def test_deferring_decodes_only_where_the_enumerated_candidates_settle_nothing(t
                 assert outcome.accepted or mine.text == ABSTAIN, (o.case.case_id, mine.text)
                 assert mine.probes <= theirs.probes  # the proposal was never probed
             else:
-                assert (mine.text, mine.token_ids, mine.generated_tokens, mine.probes) == (
-                    theirs.text,
-                    theirs.token_ids,
-                    theirs.generated_tokens,
-                    theirs.probes,
-                )
-                assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+                _assert_same_decision(mine, theirs, "generated_tokens")
         assert 0 < settled < len(observations), (arm, settled)  # both paths ran

@@ -101,8 +101,8 @@ def confidence(attempts: list[dict[str, Any]]) -> float:
     if not attempts:
         return math.nan
     first = attempts[0]
-    tokens = first.get("answer_tokens")
-    logprob, tokens = first.get("logprob"), int(first.get("generated_tokens") or 0) if tokens is None else int(tokens)
+    logprob, tokens = first.get("logprob"), first.get("answer_tokens")
+    tokens = int(first.get("generated_tokens") or 0) if tokens is None else int(tokens)
     if logprob is None or tokens <= 0:
         return math.nan
     return math.exp(float(logprob) / tokens)

@@ -82,7 +82,8 @@ def pack_answers(examples: Sequence[SftExample], pad_id: int) -> PackedAnswers:
             raise ValueError("pack_answers needs a non-empty prompt and non-empty answers")
     layout = row_layout(examples)
     # answer numbers: example i's gold is i, its negatives are numbered after every gold answer
-    answer_index, negative_owner = [], []
+    answer_index: list[tuple[int, ...]] = []
+    negative_owner: list[int] = []
     for index, example in enumerate(examples):
         first = len(examples) + len(negative_owner)
         answer_index.append((index, *range(first, first + len(example.negatives))))

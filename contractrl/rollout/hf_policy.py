@@ -267,7 +267,8 @@ class HFPolicy:
                 answers = self._propose(prefix, [observations[r] for r in rows], [prompt_row[r] for r in rows])
                 for row, proposed in zip(rows, answers, strict=True):
                     decoded[row] = proposed
-                    lists[row] = self._shield_candidates(observations[row], proposed)
+                    # a deferring decision's enumerated candidates are already built and scored
+                    lists[row] = self._shield_candidates(observations[row], proposed, lists[row] or None)
                 self._score(prefix, prompt_row, lists, scored, temperature)
         generations = []
         for row, o in enumerate(observations):
@@ -345,9 +346,12 @@ class HFPolicy:
         probes = [probe(contract, o.case, o.state, c.text, o.arm) for c in listed]
         return probes, choose([c.text for c in listed], [c.score for c in listed], probes, o.state.attempts_left)
 
-    def _shield_candidates(self, o: Observation, answers: Sequence[Decoded]) -> list[_ShieldCandidate]:
+    def _shield_candidates(
+        self, o: Observation, answers: Sequence[Decoded], enumerated: Sequence[_ShieldCandidate] | None = None
+    ) -> list[_ShieldCandidate]:
         """The model's distinct proposals, then ABSTAIN and the enumerated candidates it did not
-        propose (to be scored), each once by :func:`answer_key`."""
+        propose (to be scored), each once by :func:`answer_key`; ``enumerated``: those candidates as
+        an earlier call built them (a deferring decision's first step), instead of building them again."""
         tok = self.tokenizer
         found: dict[str, _ShieldCandidate] = {}
         for answer in answers:
@@ -356,16 +360,15 @@ class HFPolicy:
             found.setdefault(
                 answer_key(text), _ShieldCandidate(text, answer.token_ids[:keep], answer.logprobs[:keep], answer.score, answer)
             )
-        extra = (
-            enumerated_answers(o.case, o.state, o.arm, contract=self._contract(o.case))
-            if self.sampling.shield_enumerate
-            else [ABSTAIN]
-        )
-        for text in extra:
-            key = answer_key(text)
-            if key not in found:
-                ids = tuple(tok(text, add_special_tokens=False)["input_ids"])
-                found[key] = _ShieldCandidate(text, ids, (), 0.0, None)
+        if enumerated is None:
+            texts = (
+                enumerated_answers(o.case, o.state, o.arm, contract=self._contract(o.case))
+                if self.sampling.shield_enumerate
+                else [ABSTAIN]
+            )
+            enumerated = [_ShieldCandidate(t, tuple(tok(t, add_special_tokens=False)["input_ids"]), (), 0.0, None) for t in texts]
+        for candidate in enumerated:
+            found.setdefault(answer_key(candidate.text), candidate)
         return list(found.values())
 
     def _grammar_processor(self, schemas: list[dict[str, Any]]) -> Any:

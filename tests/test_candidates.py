@@ -6,7 +6,6 @@ names in other case. Each is checked by applying it, with the contract and with 
 from __future__ import annotations
 
 import json
-from difflib import get_close_matches
 from typing import Any
 
 import jsonpatch
@@ -96,9 +95,58 @@ def test_the_enum_member_the_request_names_comes_first() -> None:
 
 def test_enums_of_objects_and_mixed_members_still_enumerate() -> None:
     schema = _object({"shape": {"enum": [{"kind": "circle"}, "square", 3, None]}}, ["shape"])
-    case = _case(schema, {"shape": "sqare"}, "a square", max_ops=1)
-    values = [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]
+    case = _case(schema, {"shape": "triangle"}, "a square", max_ops=1)
+    values = _values(case, "enum")
     assert values[0] == "square" and {"kind": "circle"} in values and len(values) == 4
+    assert _values(_case(schema, {"shape": "sqare"}, "a square", max_ops=1), "enum") == ["square"]
+
+
+def _values(case: PublicCase, source: str) -> list[Any]:
+    return [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == source]
+
+
+def test_a_value_spelt_another_way_is_offered_that_member_alone() -> None:
+    """BFCL cases the shielded policy lost: the call wrote a member in another case, with other word
+    separators, wrapped in an array or misspelt, and the request names other members too ("free
+    Wi-Fi"); SmolLM2 scored a named member above the one the call meant."""
+    facility = {"type": "string", "enum": ["Wi-Fi", "Reading Room", "Fiction", "Children Section", "Cafe"]}
+    schema = _object({"facilities": {"type": "array", "items": facility}}, ["facilities"])
+    request = "the nearest public library with an English fiction section and free Wi-Fi"
+    assert _values(_case(schema, {"facilities": ["FICTION", "Wi-Fi"]}, request, max_ops=1), "enum") == ["Fiction"]
+    info = {"type": "string", "enum": ["average_review_rating", "age_range", "number_of_players", "genre"]}
+    schema = _object({"info": info}, ["info"])
+    request = "the average review rating and the age range of Catan"
+    for value in ("AVERAGE_REVIEW_RATING", ["average_review_rating"], "Average-Review-Rating", "average_reviw_rating"):
+        assert _values(_case(schema, {"info": value}, request, max_ops=1), "enum") == ["average_review_rating"], value
+    # a value far from every member: the members the request names (in other separators) come first
+    assert _values(_case(schema, {"info": "score"}, request, max_ops=1), "enum")[:2] == ["average_review_rating", "age_range"]
+
+
+def test_a_default_never_replaces_what_the_call_says() -> None:
+    """A default fills what is missing or garbled; over a value that spells a member, or over a
+    non-empty object or array, it would change what the call says (BFCL live: "dontcare" for
+    "COMEDY", ``{}`` for ``{"sort": "des"}``)."""
+    genre = {"type": "string", "enum": ["Comedy", "Drama", "Family", "Horror", "Cult", "dontcare"], "default": "dontcare"}
+    schema = _object({"genre": genre}, ["genre"])
+    assert _values(_case(schema, {"genre": "COMEDY"}, "a comedy", max_ops=1), "default") == []
+    assert _values(_case(schema, {"genre": "xyzzy"}, "a comedy", max_ops=1), "default") == ["dontcare"]
+    schema = _object({"params": {"type": "string", "default": "none"}}, ["params"])
+    assert _values(_case(schema, {"params": {"sort": "des"}}, "sorted", max_ops=1), "default") == []
+    assert _values(_case(schema, {"params": {}}, "sorted", max_ops=1), "default") == ["none"]
+
+
+def test_one_patch_repairs_every_pointer_once() -> None:
+    """The combined candidate takes each pointer's first candidate once, though the report names a
+    pointer twice (two codes): listed once per error, it had three operations for a budget of two
+    and was dropped (BFCL non-live case ce9e0e4f)."""
+    info = {"type": "string", "enum": ["average_review_rating", "age_range", "genre"]}
+    schema = _object({"game": {"type": "string"}, "info": {"type": "array", "items": info}}, ["game", "info"])
+    call = {"game": "Catan", "info": ["AVERAGE_REVIEW_RATING", ["age_range"]]}
+    case = _case(schema, call, "What's the average review rating and the age range of Catan?", max_ops=2)
+    assert len({e["pointer"] for e in case.report["errors"]}) < len(case.report["errors"])  # /info/1 twice
+    combined = [c for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "combined"]
+    fixed = {**call, "info": ["average_review_rating", "age_range"]}
+    assert [jsonpatch.apply_patch(call, list(c.ops)) for c in combined] == [fixed]
 
 
 names = st.sampled_from(["a", "b", "c", "d"])
@@ -135,7 +183,7 @@ def test_the_search_for_named_members_is_bounded() -> None:
         members = [f"filler{i}" for i in range(40)]
         members.insert(position, "ZEBRA")
         schema = _object({"animal": {"type": "string", "enum": members}}, ["animal"])
-        case = _case(schema, {"animal": "unknown beast"}, request, max_ops=1)  # no member's misspelling
+        case = _case(schema, {"animal": "unknown fill"}, request, max_ops=1)  # closer to the fillers, no misspelling
         return next(c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum")
 
     assert MENTION_SCAN_CHARS // (len(request) + 8) < 30
@@ -147,7 +195,7 @@ def test_a_misspelt_enum_value_is_offered_its_closest_members_not_the_requests_o
     """The built-in case that regressed (c3191344): the request lists the ``columns`` argument's
     values, all enum members; the sort column "customer_i" is a misspelling of customer_id. Named
     members offered beside it let the model pick the shortest ("id"), so a misspelt value gets the
-    closeness order alone."""
+    closeness order alone, and now only the member it spells."""
     members = ["active", "city", "customer_id", "email", "id", "placed", "product_id", "quantity", "total"]
     column = {"type": "string", "enum": members}
     schema = _object({"columns": {"type": "array", "items": column}, "sort": column}, ["columns", "sort"])
@@ -155,8 +203,7 @@ def test_a_misspelt_enum_value_is_offered_its_closest_members_not_the_requests_o
     request = 'columns: ["id","product_id","quantity","total","placed"]; sort by customer_id; database id db_1'
     case = _case(schema, call, request, max_ops=1)
     enums = [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]
-    assert enums[0] == "customer_id" and "id" not in enums
-    assert enums == get_close_matches("customer_i", members, n=4, cutoff=0.0)
+    assert enums == ["customer_id"]
     # far from every member ("by customer"), the members the request names still come first
     case = _case(schema, {**call, "sort": "by customer"}, request, max_ops=1)
     named = [c.ops[0]["value"] for c in enumerate_candidates(case, RepairEnv(case).reset(), 16) if c.source == "enum"]

@@ -15,19 +15,23 @@ import math
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
+import jsonpointer
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from contractrl.rollout.env import RepairEnv, contract_for
 from contractrl.rollout.grounding import invents
-from contractrl.rollout.shield import MAX_ENUMERATED, Choice, Probe, choose, enumerated_answers, probe
+from contractrl.rollout.shield import MAX_ENUMERATED, Choice, Probe, choose, enumerated_answers, mended, probe
 from contractrl.tasks.arms import ARMS, arm_spec
 from contractrl.tasks.cases import ABSTAIN
 from contractrl.tasks.generate import GenerateConfig, generate_cases
+from contractrl.validators import PublicState
 from contractrl.validators.codes import PATCH_CODES, Code
 from contractrl.validators.jsonvalue import canonical_json
+from contractrl.validators.report import VerifierReport
 
 CASES = generate_cases(GenerateConfig(seed=53, n=130))
 _REFUSED = frozenset(PATCH_CODES) | {Code.MALFORMED_JSON, Code.DUPLICATE_KEY, Code.TRUNCATED, Code.PATCH_MALFORMED}
@@ -43,6 +47,9 @@ def _mutations(case: Any, state: Any, arm: str) -> st.SearchStrategy[str]:
     if not arm_spec(arm).whole_object and len(listed) > 2:
         ops = [op for text in listed[1:] for op in json.loads(text)]
         bad.append(canonical_json(ops * 2))
+    if isinstance(state.candidate, dict):  # the wrong verb for a missing member, and its mended form
+        bad += [f'[{{"op":"replace","path":"/{name}","value":"x"}}]' for name in case.schema.get("required", ())]
+    bad += [mend for text in listed + bad if (mend := mended(text, state, arm)) is not None]
     return st.sampled_from(listed + bad)
 
 
@@ -118,6 +125,44 @@ def test_on_the_last_attempt_only_an_accepted_answer_or_abstain_is_sent(rows: li
     if any(acc for acc, _, _ in rows):
         best = max(s for acc, _, s in rows if acc)
         assert choice.index is not None and rows[choice.index][2] == best
+
+
+_MEMBERS = st.sampled_from(["/a", "/b", "/n", "/n/x", "/n/y", "/start"])
+
+
+def _mend_reference(document: Any, ops: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """What mending means, by jsonpatch and jsonpointer: each ``replace`` whose target is missing
+    from an object that exists (as the operations before it left the document) becomes ``add``;
+    None when no verb changes or an operation still fails."""
+    out, changed = [], False
+    for op in ops:
+        parent, _, key = op["path"].rpartition("/")
+        holder = jsonpointer.resolve_pointer(document, parent, None)
+        if op["op"] == "replace" and isinstance(holder, dict) and key not in holder:
+            op, changed = {**op, "op": "add"}, True
+        try:
+            document = jsonpatch.apply_patch(document, [op])
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
+            return None
+        out.append(op)
+    return out if changed else None
+
+
+@settings(max_examples=300, deadline=None)
+@example(document={"end": 1}, ops=[("replace", "/start", 2)])  # BFCL: replace of a missing "start"
+@given(
+    document=st.fixed_dictionaries({}, optional={"a": st.integers(0, 2), "b": st.integers(0, 2), "n": st.just({"x": 1})}),
+    ops=st.lists(st.tuples(st.sampled_from(["add", "replace", "remove"]), _MEMBERS, st.integers(0, 2)), min_size=1, max_size=3),
+)
+def test_a_mended_proposal_changes_only_the_verbs_rfc_6902_requires(document: dict[str, Any], ops: list[tuple]) -> None:
+    """Mending keeps the proposal's addresses and values and turns a ``replace`` of a missing member
+    into ``add``, exactly where the reference does; whole-object arms are never mended."""
+    proposal = [{"op": op, "path": path, **({} if op == "remove" else {"value": value})} for op, path, value in ops]
+    state = PublicState(document, VerifierReport("rejected"), (), attempts_left=2, ops_left=3, immutable=())
+    text = canonical_json(proposal)
+    got = mended(text, state, "contractrl")
+    assert (json.loads(got) if got is not None else None) == _mend_reference(document, proposal)
+    assert mended(text, state, "full_regen") is None
 
 
 def test_enumerated_answers_hold_no_withheld_value() -> None:

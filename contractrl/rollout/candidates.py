@@ -9,16 +9,18 @@ half, so a selector that wins has won on the same evidence. Sources, in the orde
 - ``request``: the value the request states for the argument at (or above) a reported pointer;
 - ``disagree``: an argument whose value in the failed call differs from what the request states,
   wherever the report points (the report may point at the wrong place);
-- ``enum``/``const``/``default``: the schema's own values at the pointer (enum members the request
-  names first, then those closest to the current value; closest first alone when the current value
-  is a misspelling of a member, :data:`NEAR_MISS`);
+- ``enum``/``const``/``default``: the schema's own values at the pointer: the one member the
+  current value spells (in another case, with other word separators, wrapped in a one-element
+  array, or misspelt, :data:`NEAR_MISS`) alone; else the members the request names, then those
+  closest to the current value;
 - ``convert``: a type conversion of the current value (``"3"`` -> 3, ``3`` -> ``"3"``, ``"true"`` ->
   true, ``[x]`` -> x, x -> ``[x]``, ``{"k": x}`` -> x);
 - ``remove``/``rename``: an unexpected property removed, or moved to a missing required name, or,
   when it is an object holding the enclosing object's own properties (arguments wrapped one level
   too deep, ``{"params": {"x": 1}}``), its members moved up and the wrapper removed;
-- ``combined``: the first candidate of each reported pointer in one patch, when the report has
-  several and the operation budget allows.
+- ``combined``: the first candidate of each reported pointer in one patch (each pointer once,
+  though the report names it under two codes), when the report names several and the operation
+  budget allows.
 
 A caller that may consult the public verifier (the shield) passes its own errors for the current
 call as ``verified``: their pointers are tried after the reported ones, so a report that points at
@@ -66,12 +68,15 @@ MAX_ENUM_OPTIONS = 4
 # each member is one search of the whole request, and an untrusted schema and request together
 # (20,000 members, 50 KB) would otherwise take 16 s; members past it keep the closeness order
 MENTION_SCAN_CHARS = 2_000_000
-# a current value at least this close in spelling to an enum member (difflib's ratio) is a misspelling
-# of it: "customer_i" for customer_id. Its members are offered closest first, as if no member were
-# named: the request names values of *other* arguments too ("columns: id, product_id"), and offering
-# those beside the misspelt one let SmolLM2 pick the shortest (built-in case c3191344: "id")
+# a current value at least this close in spelling to an enum member (difflib's ratio, case and word
+# separators aside: :func:`_spelling`) is that member, misspelt: "customer_i" for customer_id,
+# "FICTION" for Fiction, "SALA" for SALAD. Only that member is offered: the call's author meant it,
+# and offering the members the request names beside it let SmolLM2 pick another (built-in case
+# c3191344: "id"; BFCL live: "dontcare" for "COMEDY", "celsius" for "FAHRENHEIT")
 NEAR_MISS = 0.8
 _ABSENT = object()
+# what separates a value's words: "age_range", "age-range", "age range"
+_SEPARATORS = re.compile(r"[\s_\-]+")
 # a paraphrased clause: "<label>: <words>" up to the clause's end (see tasks.requests._CLAUSES)
 _CLAUSE_END = r"(?=; |\. |\n- |\.$|$)"
 # a value's words: never across a clause separator
@@ -171,9 +176,25 @@ def _conversions(value: Any) -> Iterator[Any]:
         yield next(iter(value.values()))
 
 
+def _spelling(text: str) -> str:
+    """A value's words, lower case, one space apart: "AVERAGE_REVIEW_RATING", "average review rating"
+    and "Average-Review-Rating" spell one value."""
+    return " ".join(word for word in _SEPARATORS.split(text.casefold()) if word)
+
+
+def _as_text(value: Any) -> str | None:
+    """The string a value holds: itself, or the one string of a one-element array (``["age_range"]``)."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return value if isinstance(value, str) else None
+
+
 def _mentions(request: str, member: str) -> bool:
-    """The request names an enum member as a word of its own, in any case ("the burger": BURGER)."""
-    return bool(member.strip()) and re.search(rf"(?<!\w){re.escape(member)}(?!\w)", request, re.IGNORECASE) is not None
+    """The request names an enum member as words of their own, in any case and with any word
+    separators ("the burger": BURGER; "age range": age_range)."""
+    words = [re.escape(word) for word in _SEPARATORS.split(member) if word]
+    pattern = r"[\s_\-]+".join(words)
+    return bool(words) and re.search(rf"(?<!\w){pattern}(?!\w)", request, re.IGNORECASE) is not None
 
 
 def _named(request: str, members: list[str]) -> list[str]:
@@ -190,24 +211,47 @@ def _named(request: str, members: list[str]) -> list[str]:
     return list(found)
 
 
+def _closest(text: str | None, members: list[str]) -> tuple[list[str], float] | None:
+    """The :data:`MAX_ENUM_OPTIONS` members closest in spelling to ``text``, closest first, and the
+    closest one's ratio; None without a string to compare."""
+    if text is None or not members:
+        return None
+    spelt: dict[str, str] = {}
+    for member in members:
+        spelt.setdefault(_spelling(member), member)
+    target = _spelling(text)
+    close = get_close_matches(target, list(spelt), n=MAX_ENUM_OPTIONS, cutoff=0.0)
+    if not close:
+        return None
+    return [spelt[c] for c in close], SequenceMatcher(None, target, close[0]).ratio()
+
+
 def _schema_values(schema: Any, tokens: Tokens, current: Any, request: str = "") -> Iterator[tuple[str, Any]]:
+    """The schema's values at the pointer. A member the current value spells is offered alone, and
+    a default never replaces a non-empty object or array: both would change what the call says
+    where the verifier objected only to how it says it (BFCL live: the default "dontcare" offered
+    for "COMEDY", ``{}`` for ``{"sort": "des"}``)."""
     for node in subschemas_at(schema, tokens):
         if not isinstance(node, dict):
             continue
         if "const" in node:
             yield "const", node["const"]
         members = node.get("enum")
+        spelt = False
         if isinstance(members, list) and members:
             texts = [m for m in members if isinstance(m, str)]
-            close = get_close_matches(current, texts, n=MAX_ENUM_OPTIONS, cutoff=0.0) if isinstance(current, str) else []
-            misspelt = bool(close) and SequenceMatcher(None, current, close[0]).ratio() >= NEAR_MISS
-            named = _named(request, texts) if request and not misspelt else []
-            ordered: dict[str, Any] = {}
-            for member in [*named, *close, *members]:
-                ordered.setdefault(canonical_json(member), member)
-            for member in list(ordered.values())[:MAX_ENUM_OPTIONS]:
-                yield "enum", member
-        if "default" in node:
+            close = _closest(_as_text(current), texts)
+            spelt = close is not None and close[1] >= NEAR_MISS
+            if close is not None and spelt:
+                yield "enum", close[0][0]
+            else:
+                named = _named(request, texts) if request else []
+                ordered: dict[str, Any] = {}
+                for member in [*named, *(close[0] if close else ()), *members]:
+                    ordered.setdefault(canonical_json(member), member)
+                for member in list(ordered.values())[:MAX_ENUM_OPTIONS]:
+                    yield "enum", member
+        if "default" in node and not spelt and not (isinstance(current, (dict, list)) and current):
             yield "default", node["default"]
 
 
@@ -266,7 +310,7 @@ def enumerate_candidates(
     ``verified`` adds the pointers of the verifier's own errors that the report did not name."""
     stated = stated_values(case)
     found: list[Candidate] = []
-    per_pointer: list[Candidate] = []
+    per_pointer: dict[str, Candidate] = {}  # each named pointer's first candidate, once per pointer
     for error in state.report.errors:
         tokens = _pointer_tokens(error.pointer)
         if tokens is None:
@@ -274,13 +318,13 @@ def enumerate_candidates(
         listed = list(_at_pointer(case, state, tokens, error.code.value, stated))
         found.extend(listed)
         if listed:
-            per_pointer.append(listed[0])
+            per_pointer.setdefault(error.pointer, listed[0])
     if isinstance(state.candidate, dict):
         for key in sorted(stated):
             if disagrees(state.candidate, key, stated[key]):
                 found.append(Candidate("", "disagree", (_write(state.candidate, (key,), stated[key]),)))
     if len(per_pointer) > 1:
-        ops = tuple(op for c in per_pointer for op in c.ops)
+        ops = tuple(op for c in per_pointer.values() for op in c.ops)
         found.append(Candidate("", "combined", ops))
     # the verifier's own pointers last, so what the report alone lists keeps its places
     reported = {(e.pointer, e.code) for e in state.report.errors}

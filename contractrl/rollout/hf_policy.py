@@ -35,7 +35,7 @@ from .native_log import native_stderr_to_log
 from .options import DEFAULT_MAX_NEW_TOKENS
 from .policies import ABSTAIN, Generation, Observation
 from .prompts import render_messages, render_prompt
-from .shield import SETTLED, Choice, Probe, answer_key, choose, enumerated_answers, probe
+from .shield import SETTLED, Choice, Probe, answer_key, choose, enumerated_answers, mended, probe
 
 
 class DecodingOptions(Protocol):
@@ -349,27 +349,38 @@ class HFPolicy:
     def _shield_candidates(
         self, o: Observation, answers: Sequence[Decoded], enumerated: Sequence[_ShieldCandidate] | None = None
     ) -> list[_ShieldCandidate]:
-        """The model's distinct proposals, then ABSTAIN and the enumerated candidates it did not
-        propose (to be scored), each once by :func:`answer_key`; ``enumerated``: those candidates as
-        an earlier call built them (a deferring decision's first step), instead of building them again."""
+        """The model's distinct proposals, their mended forms (:func:`~.shield.mended`), then ABSTAIN
+        and the enumerated candidates it did not propose (to be scored), each once by
+        :func:`answer_key`; ``enumerated``: those candidates as an earlier call built them (a
+        deferring decision's first step), instead of building them again."""
         tok = self.tokenizer
         found: dict[str, _ShieldCandidate] = {}
+        mends: list[str] = []
         for answer in answers:
             keep = _answer_length(list(answer.token_ids), tok)
             text = tok.decode(answer.token_ids[:keep], skip_special_tokens=True).strip()
             found.setdefault(
                 answer_key(text), _ShieldCandidate(text, answer.token_ids[:keep], answer.logprobs[:keep], answer.score, answer)
             )
+            mend = mended(text, o.state, o.arm)
+            if mend is not None:
+                mends.append(mend)
+        for text in mends:  # scored like the enumerated candidates: the model did not write them
+            found.setdefault(answer_key(text), self._to_score(text))
         if enumerated is None:
             texts = (
                 enumerated_answers(o.case, o.state, o.arm, contract=self._contract(o.case))
                 if self.sampling.shield_enumerate
                 else [ABSTAIN]
             )
-            enumerated = [_ShieldCandidate(t, tuple(tok(t, add_special_tokens=False)["input_ids"]), (), 0.0, None) for t in texts]
+            enumerated = [self._to_score(t) for t in texts]
         for candidate in enumerated:
             found.setdefault(answer_key(candidate.text), candidate)
         return list(found.values())
+
+    def _to_score(self, text: str) -> _ShieldCandidate:
+        """An answer the model did not decode, tokenized for :meth:`_score` to teacher-force."""
+        return _ShieldCandidate(text, tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]), (), 0.0, None)
 
     def _grammar_processor(self, schemas: list[dict[str, Any]]) -> Any:
         import xgrammar as xgr

@@ -34,6 +34,11 @@ re-checks the current call (:func:`recheck`), at the pointers the public verifie
 report handed to the policy may point at the wrong place or be garbled (the noisy-feedback
 families), and a policy that may consult the verifier need not trust it.
 
+A proposal the action mask refuses only for its verb (``replace`` of a member the call lacks, where
+RFC 6902 wants ``add``) is also weighed in its mended form (:func:`mended`), scored by the model
+like an enumerated candidate: its address and value are the model's, and on BFCL calls they are
+often right where the verb is not.
+
 Scores are the model's log-probabilities of whole answers. Among patches they rank which repair to
 send; between ABSTAIN and a patch they do not, since a patch's probability is spread over its many
 tokens while ABSTAIN's is not (measured: ranking ABSTAIN by its sequence probability against the
@@ -48,6 +53,7 @@ the comparison about the output representation, not about who may consult the va
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +65,7 @@ from ..validators.apply import apply_patch
 from ..validators.codes import PATCH_CODES, Code
 from ..validators.jsonvalue import canonical_json
 from ..validators.patch import PatchAction, parse_action
+from ..validators.pointer import resolve
 from ..validators.report import VerifierError
 from ..validators.strict_json import parse_response
 from .candidates import enumerate_candidates
@@ -79,6 +86,7 @@ _HALF = math.log(0.5)
 SETTLED = frozenset({"abstain", "accepted"})
 # the most enumerated candidates one decision scores (ABSTAIN included); the selector's slot count
 MAX_ENUMERATED = 16
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,34 @@ def enumerated_answers(
     return list(dict.fromkeys(answers))
 
 
+def mended(text: str, state: PublicState, arm: str) -> str | None:
+    """A proposal whose only fault is its verb, with the verb RFC 6902 gives that edit: a
+    ``replace`` of an object member the call lacks becomes ``add`` (``replace`` needs its target to
+    exist; ``add`` on an object member creates it). None when nothing is mended, the answer is not a
+    patch, or an operation would still not apply.
+
+    The proposal's address and value are the model's, and on BFCL calls they are often right where
+    its verb is not (``{"op":"replace","path":"/start","value":"New York"}`` for a missing
+    ``start``): the mask refuses it, and the shield had only ABSTAIN left."""
+    if arm_spec(arm).whole_object:
+        return None
+    action = parse_action(text, max_ops=max(state.ops_left, 1))
+    if not isinstance(action, PatchAction):
+        return None
+    document, ops, changed = state.candidate, [], False
+    for op in action.ops:
+        parent = resolve(document, op.path_tokens[:-1], _MISSING) if op.path_tokens else _MISSING
+        if op.op == "replace" and isinstance(parent, dict) and op.path_tokens[-1] not in parent:
+            op = dataclasses.replace(op, op="add")
+            changed = True
+        applied = apply_patch(document, (op,))
+        if not applied.ok:
+            return None
+        document = applied.document
+        ops.append(op)
+    return canonical_json([op.to_dict() for op in ops]) if changed else None
+
+
 def recheck(contract: RepairContract, state: PublicState) -> tuple[VerifierError, ...]:
     """The public verifier's own errors for the current call: one probe, nothing applied."""
     return contract.verifier.verify(state.candidate).errors
@@ -175,4 +211,15 @@ def answer_key(text: str) -> str:
     return canonical_json(parsed.value) if parsed.is_value else text.strip()
 
 
-__all__ = ["MAX_ENUMERATED", "SETTLED", "Choice", "Probe", "answer_key", "choose", "enumerated_answers", "probe", "recheck"]
+__all__ = [
+    "MAX_ENUMERATED",
+    "SETTLED",
+    "Choice",
+    "Probe",
+    "answer_key",
+    "choose",
+    "enumerated_answers",
+    "mended",
+    "probe",
+    "recheck",
+]

@@ -492,7 +492,7 @@ def test_ranking_negatives_are_accepted_answers_that_make_another_object() -> No
     from contractrl.trainer.loop import replay_state
     from contractrl.trainer.ranking import ranking_negatives
 
-    cases = generate_cases(GenerateConfig(seed=3, n=52, request_style="paraphrase"))
+    cases = generate_cases(GenerateConfig(seed=3, n=130, request_style="paraphrase"))
     found = 0
     for demo in demonstrations(cases, "patch_sft"):
         state = replay_state(demo, "patch_sft")
@@ -507,7 +507,7 @@ def test_ranking_negatives_are_accepted_answers_that_make_another_object() -> No
             made = contract.step(state, text).accepted_object
             assert made is not None and made != gold and text != demo.answer
         found += bool(negatives)
-    assert found >= 3  # the enumerated enum members and stated alternatives the shield could commit
+    assert found >= 3  # the stated alternatives the shield could commit (4 of 130 demonstrations when written)
 
 
 def test_the_ranking_term_raises_the_gold_answer_above_its_negative(tmp_path: Path, model_cache: str) -> None:

@@ -118,6 +118,10 @@ def test_a_value_spelt_another_way_is_offered_that_member_alone() -> None:
     request = "the average review rating and the age range of Catan"
     for value in ("AVERAGE_REVIEW_RATING", ["average_review_rating"], "Average-Review-Rating", "average_reviw_rating"):
         assert _values(_case(schema, {"info": value}, request, max_ops=1), "enum") == ["average_review_rating"], value
+    # a member of another type that the value converts to (BFCL live: false was offered for "true")
+    flags = _object({"monitoring": {"enum": [False, True]}, "level": {"enum": [1, 2, 3]}}, ["monitoring", "level"])
+    assert _values(_case(flags, {"monitoring": "true", "level": 2}, "with monitoring", max_ops=1), "enum") == [True]
+    assert _values(_case(flags, {"monitoring": False, "level": "3"}, "level three", max_ops=1), "enum") == [3]
     # a value far from every member: the members the request names (in other separators) come first
     assert _values(_case(schema, {"info": "score"}, request, max_ops=1), "enum")[:2] == ["average_review_rating", "age_range"]
 
@@ -130,6 +134,11 @@ def test_a_default_never_replaces_what_the_call_says() -> None:
     schema = _object({"genre": genre}, ["genre"])
     assert _values(_case(schema, {"genre": "COMEDY"}, "a comedy", max_ops=1), "default") == []
     assert _values(_case(schema, {"genre": "xyzzy"}, "a comedy", max_ops=1), "default") == ["dontcare"]
+    # a value that converts to the declared type (BFCL live: false offered for "true", and chosen)
+    flag = _object({"monitoring": {"type": "boolean", "default": False}}, ["monitoring"])
+    assert _values(_case(flag, {"monitoring": "true"}, "with monitoring", max_ops=1), "default") == []
+    assert _values(_case(flag, {"monitoring": "true"}, "with monitoring", max_ops=1), "convert")[0] is True
+    assert _values(_case(flag, {"monitoring": "on"}, "with monitoring", max_ops=1), "default") == [False]
     schema = _object({"params": {"type": "string", "default": "none"}}, ["params"])
     assert _values(_case(schema, {"params": {"sort": "des"}}, "sorted", max_ops=1), "default") == []
     assert _values(_case(schema, {"params": {}}, "sorted", max_ops=1), "default") == ["none"]

@@ -10,9 +10,9 @@ half, so a selector that wins has won on the same evidence. Sources, in the orde
 - ``disagree``: an argument whose value in the failed call differs from what the request states,
   wherever the report points (the report may point at the wrong place);
 - ``enum``/``const``/``default``: the schema's own values at the pointer: the one member the
-  current value spells (in another case, with other word separators, wrapped in a one-element
-  array, or misspelt, :data:`NEAR_MISS`) alone; else the members the request names, then those
-  closest to the current value;
+  current value means alone (its type conversion, ``"true"`` for true; or its spelling in another
+  case, with other word separators, wrapped in a one-element array, or misspelt,
+  :data:`NEAR_MISS`); else the members the request names, then those closest to the current value;
 - ``convert``: a type conversion of the current value (``"3"`` -> 3, ``3`` -> ``"3"``, ``"true"`` ->
   true, ``[x]`` -> x, x -> ``[x]``, ``{"k": x}`` -> x);
 - ``remove``/``rename``: an unexpected property removed, or moved to a missing required name, or,
@@ -43,7 +43,7 @@ from ..tasks.cases import ABSTAIN, PublicCase
 from ..tasks.requests import read_value
 from ..validators import PublicState
 from ..validators.codes import Code
-from ..validators.jsonvalue import canonical_json
+from ..validators.jsonvalue import canonical_json, json_type_name
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
 from ..validators.report import VerifierError
 from .policies import argument_labels, request_values
@@ -227,23 +227,26 @@ def _closest(text: str | None, members: list[str]) -> tuple[list[str], float] | 
 
 
 def _schema_values(schema: Any, tokens: Tokens, current: Any, request: str = "") -> Iterator[tuple[str, Any]]:
-    """The schema's values at the pointer. A member the current value spells is offered alone, and
-    a default never replaces a non-empty object or array: both would change what the call says
-    where the verifier objected only to how it says it (BFCL live: the default "dontcare" offered
-    for "COMEDY", ``{}`` for ``{"sort": "des"}``)."""
+    """The schema's values at the pointer. A member the current value spells or converts to is
+    offered alone, and a default never replaces a value that says something (one that means a
+    member, converts to the declared type, or is a non-empty object or array): both would change
+    what the call says where the verifier objected only to how it says it (BFCL live: the default
+    "dontcare" offered for "COMEDY", ``{}`` for ``{"sort": "des"}``, false for ``"true"``)."""
     for node in subschemas_at(schema, tokens):
         if not isinstance(node, dict):
             continue
         if "const" in node:
             yield "const", node["const"]
         members = node.get("enum")
-        spelt = False
+        meant: Any = _ABSENT
         if isinstance(members, list) and members:
             texts = [m for m in members if isinstance(m, str)]
             close = _closest(_as_text(current), texts)
-            spelt = close is not None and close[1] >= NEAR_MISS
-            if close is not None and spelt:
-                yield "enum", close[0][0]
+            meant = _converted_member(current, members)
+            if meant is _ABSENT and close is not None and close[1] >= NEAR_MISS:
+                meant = close[0][0]
+            if meant is not _ABSENT:
+                yield "enum", meant
             else:
                 named = _named(request, texts) if request else []
                 ordered: dict[str, Any] = {}
@@ -251,8 +254,33 @@ def _schema_values(schema: Any, tokens: Tokens, current: Any, request: str = "")
                     ordered.setdefault(canonical_json(member), member)
                 for member in list(ordered.values())[:MAX_ENUM_OPTIONS]:
                     yield "enum", member
-        if "default" in node and not spelt and not (isinstance(current, (dict, list)) and current):
+        says = meant is not _ABSENT or (isinstance(current, (dict, list)) and current) or _converts_to_type(current, node)
+        if "default" in node and not says:
             yield "default", node["default"]
+
+
+def _converts_to_type(current: Any, node: dict[str, Any]) -> bool:
+    """A type conversion of the current value has a type the node declares (``"true"`` for a boolean):
+    the ``convert`` source offers it, and a default in its place would change the value."""
+    declared = node.get("type")
+    names = {t for t in (declared if isinstance(declared, list) else [declared]) if isinstance(t, str)}
+    if current is _ABSENT or not names:
+        return False
+    found = {json_type_name(value) for value in _conversions(current)}
+    return bool(found & names) or ("integer" in found and "number" in names)
+
+
+def _converted_member(current: Any, members: list[Any]) -> Any:
+    """The member a type conversion of the current value is (``"true"`` for true, ``"3"`` for 3,
+    ``[x]`` for x); ``_ABSENT`` when none is."""
+    if current is _ABSENT:
+        return _ABSENT
+    keys = {canonical_json(member): member for member in members}
+    for value in _conversions(current):
+        found = keys.get(canonical_json(value), _ABSENT)
+        if found is not _ABSENT:
+            return found
+    return _ABSENT
 
 
 def _hoist(schema: Any, candidate: Any, tokens: Tokens) -> tuple[dict[str, Any], ...]:

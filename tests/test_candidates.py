@@ -204,7 +204,7 @@ def test_a_misspelt_enum_value_is_offered_its_closest_members_not_the_requests_o
     """The built-in case that regressed (c3191344): the request lists the ``columns`` argument's
     values, all enum members; the sort column "customer_i" is a misspelling of customer_id. Named
     members offered beside it let the model pick the shortest ("id"), so a misspelt value gets the
-    closeness order alone, and now only the member it spells."""
+    closeness order alone; now it is offered only the member it spells."""
     members = ["active", "city", "customer_id", "email", "id", "placed", "product_id", "quantity", "total"]
     column = {"type": "string", "enum": members}
     schema = _object({"columns": {"type": "array", "items": column}, "sort": column}, ["columns", "sort"])

@@ -7,6 +7,10 @@ pointers, the immutable paths, the budgets), never from the case's family label 
 half, so a selector that wins has won on the same evidence. Sources, in the order they are listed:
 
 - ``request``: the value the request states for the argument at (or above) a reported pointer;
+- ``mention``: for a missing argument the request names no value for, the numbers and quoted
+  spans it states in its own words that fit the argument's declared type and that no other
+  argument of the call already holds ("the multiplication of 3 and 2" with ``a`` = 3 offers
+  ``b`` = 2; "the 'R vs Adams' legal case" offers ``case_id`` = "R vs Adams");
 - ``disagree``: an argument whose value in the failed call differs from what the request states,
   wherever the report points (the report may point at the wrong place);
 - ``enum``/``const``/``default``: the schema's own values at the pointer: the one member the
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher, get_close_matches
@@ -52,6 +57,7 @@ from .schema_excerpt import subschemas_at
 SOURCES: tuple[str, ...] = (
     "abstain",
     "request",
+    "mention",
     "disagree",
     "enum",
     "const",
@@ -74,7 +80,14 @@ MENTION_SCAN_CHARS = 2_000_000
 # and offering the members the request names beside it let SmolLM2 pick another (built-in case
 # c3191344: "id"; BFCL live: "dontcare" for "COMEDY", "celsius" for "FAHRENHEIT")
 NEAR_MISS = 0.8
+# the most request mentions one missing argument is offered, in the request's order
+MAX_MENTIONS = 3
 _ABSENT = object()
+# a number the request states, thousands separators included ("$2,000,000" is one number, not 2 and
+# 0); never part of a word, an identifier, a version or a date ("v2", "3.1.4", "x-5"); "1,2,3" is three
+_NUMBER = re.compile(r"(?<![\w.-])(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)(?!\w|\.\d|,\d{3}(?!\d))")
+# a quoted span: quotes that open and close outside a word, so "It's" quotes nothing
+_QUOTED = re.compile(r"(?<!\w)(['\"])(\S(?:.{0,198}?\S)?)\1(?!\w)")
 # what separates a value's words: "age_range", "age-range", "age range"
 _SEPARATORS = re.compile(r"[\s_\-]+")
 # a paraphrased clause: "<label>: <words>" up to the clause's end (see tasks.requests._CLAUSES)
@@ -283,6 +296,37 @@ def _converted_member(current: Any, members: list[Any]) -> Any:
     return _ABSENT
 
 
+def _mentioned(request: str, candidate: dict[str, Any], nodes: list[Any]) -> list[Any]:
+    """The values a request states in its own words for one missing argument: its numbers and quoted
+    spans of a type the argument declares, less those another argument of the call already holds
+    (each use takes one mention, as grounding counts them). Nothing for an argument with an enum or a
+    const: the schema's own values are the candidates there."""
+    types: set[str] = set()
+    for node in nodes:
+        if not isinstance(node, dict) or "enum" in node or "const" in node:
+            return []
+        declared = node.get("type")
+        types.update(t for t in (declared if isinstance(declared, list) else [declared]) if isinstance(t, str))
+    found: list[Any] = []
+    if types & {"integer", "number"}:
+        for match in _NUMBER.finditer(request):
+            digits = match.group(1).replace(",", "")
+            number = float(digits) if "." in digits else int(digits)
+            if "number" in types or isinstance(number, int):
+                found.append(number)
+    if "string" in types:
+        found.extend(match.group(2) for match in _QUOTED.finditer(request))
+    used = Counter(canonical_json(value) for value in candidate.values())
+    offered: list[Any] = []
+    for value in found:
+        key = canonical_json(value)
+        if used[key] > 0:
+            used[key] -= 1
+        elif all(canonical_json(v) != key for v in offered):
+            offered.append(value)
+    return offered[:MAX_MENTIONS]
+
+
 def _hoist(schema: Any, candidate: Any, tokens: Tokens) -> tuple[dict[str, Any], ...]:
     """Moves that lift an unexpected object's members into the enclosing object, then the wrapper's
     removal: a call that wrapped its arguments one level too deep (``{"params": {"x": 1}}``) keeps
@@ -326,6 +370,9 @@ def _at_pointer(case: PublicCase, state: PublicState, tokens: Tokens, code: str,
     current = resolve(candidate, tokens, _ABSENT)
     for source, value in _schema_values(case.schema, tokens, current, case.request):
         yield Candidate("", source, (_write(candidate, tokens, value),))
+    if current is _ABSENT and len(tokens) == 1 and top not in stated and isinstance(candidate, dict):
+        for value in _mentioned(case.request, candidate, subschemas_at(case.schema, tokens)):
+            yield Candidate("", "mention", (_write(candidate, tokens, value),))
     if current is not _ABSENT:
         for value in _conversions(current):
             yield Candidate("", "convert", ({"op": "replace", "path": format_pointer(tokens), "value": value},))

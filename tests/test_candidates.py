@@ -253,6 +253,15 @@ def test_a_missing_string_is_offered_the_requests_quoted_spans() -> None:
     review = "I love the food here! It's always fresh and delicious."
     schema = _object({"text": {"type": "string"}, "language": {"type": "string"}}, ["text", "language"])
     assert _mentioned(_case(schema, {"text": review}, f"Analyze the sentiment of a customer review '{review}'.")) == []
+    # a redaction marker is where a value was taken out (BFCL live, unrepairable: the selector sent
+    # "[not given]" as the subject), and a quoted JSON key is no value (built-in: path = "active")
+    email = _object({"to": {"type": "string"}, "subject": {"type": "string"}}, ["to", "subject"])
+    assert _mentioned(_case(email, {"to": "a@b.c"}, 'Mail a@b.c with the subject "[not given]"')) == []
+    fetch = _object({"path": {"type": "string"}, "query": {"type": "object"}}, ["path", "query"])
+    request = 'Fetch this from the API.\n- set the query parameters to {"active":"true"}\n- path "/users"'
+    assert _mentioned(_case(fetch, {"query": {"active": "true"}}, request)) == [
+        [{"op": "add", "path": "/path", "value": "/users"}]
+    ]
 
 
 def test_mentions_are_not_offered_where_the_schema_or_the_request_already_names_the_value() -> None:

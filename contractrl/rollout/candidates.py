@@ -8,8 +8,8 @@ half, so a selector that wins has won on the same evidence. Sources, in the orde
 
 - ``request``: the value the request states for the argument at (or above) a reported pointer;
 - ``mention``: for a missing argument the request names no value for, the numbers and quoted
-  spans it states in its own words that fit the argument's declared type and that no other
-  argument of the call already holds ("the multiplication of 3 and 2" with ``a`` = 3 offers
+  spans it states in its own words that fit the argument's declared type and that the call does
+  not already hold (never a ``[not given]`` marker, nor a quoted JSON key) ("the multiplication of 3 and 2" with ``a`` = 3 offers
   ``b`` = 2; "the 'R vs Adams' legal case" offers ``case_id`` = "R vs Adams");
 - ``disagree``: an argument whose value in the failed call differs from what the request states,
   wherever the report points (the report may point at the wrong place);
@@ -46,9 +46,10 @@ from typing import Any
 
 from ..tasks.cases import ABSTAIN, PublicCase
 from ..tasks.requests import read_value
+from ..tasks.sources import REDACTED
 from ..validators import PublicState
 from ..validators.codes import Code
-from ..validators.jsonvalue import canonical_json, json_type_name
+from ..validators.jsonvalue import canonical_json, json_type_name, leaves
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
 from ..validators.report import VerifierError
 from .policies import argument_labels, request_values
@@ -298,25 +299,30 @@ def _converted_member(current: Any, members: list[Any]) -> Any:
 
 def _mentioned(request: str, candidate: dict[str, Any], nodes: list[Any]) -> list[Any]:
     """The values a request states in its own words for one missing argument: its numbers and quoted
-    spans of a type the argument declares, less those another argument of the call already holds
-    (each use takes one mention, as grounding counts them). Nothing for an argument with an enum or a
-    const: the schema's own values are the candidates there."""
+    spans of a type the argument declares, less those the call already holds anywhere (each use takes
+    one mention, as grounding counts them). Never a redaction marker (BFCL's ``[not given]`` is where
+    a value was taken out: sending it is the unrepairable family's failure) nor a quoted key of a
+    JSON object the request spells out (``{"active": "true"}`` names no path). Nothing for an
+    argument with an enum or a const: the schema's own values are the candidates there."""
     types: set[str] = set()
     for node in nodes:
         if not isinstance(node, dict) or "enum" in node or "const" in node:
             return []
         declared = node.get("type")
         types.update(t for t in (declared if isinstance(declared, list) else [declared]) if isinstance(t, str))
+    text = request.replace(REDACTED, "\x00")
     found: list[Any] = []
     if types & {"integer", "number"}:
-        for match in _NUMBER.finditer(request):
+        for match in _NUMBER.finditer(text):
             digits = match.group(1).replace(",", "")
             number = float(digits) if "." in digits else int(digits)
             if "number" in types or isinstance(number, int):
                 found.append(number)
     if "string" in types:
-        found.extend(match.group(2) for match in _QUOTED.finditer(request))
-    used = Counter(canonical_json(value) for value in candidate.values())
+        for match in _QUOTED.finditer(text):
+            if "\x00" not in match.group(2) and not text[match.end() :].lstrip().startswith(":"):
+                found.append(match.group(2))
+    used = Counter(canonical_json(value) for value in leaves(candidate).values())
     offered: list[Any] = []
     for value in found:
         key = canonical_json(value)

@@ -6,6 +6,7 @@ names in other case. Each is checked by applying it, with the contract and with 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import jsonpatch
@@ -160,6 +161,15 @@ def test_one_patch_repairs_every_pointer_once() -> None:
 
 names = st.sampled_from(["a", "b", "c", "d"])
 scalars = st.integers(-5, 5) | st.text(alphabet="xyz", max_size=3) | st.booleans()
+
+
+def test_a_request_of_many_numbers_and_quotes_is_read_in_bounded_time() -> None:
+    schema = _object({"a": {"type": "integer"}, "s": {"type": "string"}, "b": {"type": ["integer", "string"]}}, ["b"])
+    request = " ".join(f"{i} '{i}x':" for i in range(20_000))  # 20,000 numbers and 20,000 quoted keys
+    start = time.process_time()
+    offered = _mentioned(_case(schema, {"a": 0}, request))
+    assert [ops[0]["value"] for ops in offered] == [1, 2, 3]
+    assert time.process_time() - start < 20  # a hang guard in CPU time, not a speed figure
 
 
 @settings(max_examples=200, deadline=None)

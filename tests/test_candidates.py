@@ -170,6 +170,10 @@ def test_a_request_of_many_numbers_and_quotes_is_read_in_bounded_time() -> None:
     offered = _mentioned(_case(schema, {"a": 0}, request))
     assert [ops[0]["value"] for ops in offered] == [1, 2, 3]
     assert time.process_time() - start < 20  # a hang guard in CPU time, not a speed figure
+    # a number too long to be any argument's value is no mention (Python refuses an int of 4,301
+    # digits, and a float of 400 is inf, which JSON cannot write): nothing is offered, nothing raises
+    for huge in ("7" * 5000, "1" + ",000" * 2000, "7" * 400 + ".5", "1" * 19):
+        assert _mentioned(_case(schema, {"a": 0}, f"take {huge} now")) == []
 
 
 @settings(max_examples=200, deadline=None)

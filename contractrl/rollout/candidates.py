@@ -84,6 +84,9 @@ MENTION_SCAN_CHARS = 2_000_000
 NEAR_MISS = 0.8
 # the most request mentions one missing argument is offered, in the request's order
 MAX_MENTIONS = 3
+# the most digits a mentioned number may have: one longer is no argument's value, and Python refuses
+# to read an int of more than 4,300 digits (or reads a float of 400 as inf, which JSON cannot write)
+MAX_MENTION_DIGITS = 18
 _ABSENT = object()
 # a number the request states, thousands separators included ("$2,000,000" is one number, not 2 and
 # 0); never part of a word, an identifier, a version or a date ("v2", "3.1.4", "x-5"); "1,2,3" is three
@@ -318,6 +321,8 @@ def _mentioned(request: str, candidate: dict[str, Any], nodes: list[Any]) -> lis
     if types & {"integer", "number"}:
         for match in _NUMBER.finditer(text):
             digits = match.group(1).replace(",", "")
+            if sum(c.isdigit() for c in digits) > MAX_MENTION_DIGITS:
+                continue
             number = float(digits) if "." in digits else int(digits)
             if "number" in types or isinstance(number, int):
                 found.append(number)

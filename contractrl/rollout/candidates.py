@@ -54,7 +54,7 @@ from ..validators.jsonvalue import canonical_json, json_type_name, leaves
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
 from ..validators.report import VerifierError
 from .policies import argument_labels, request_values
-from .schema_excerpt import subschemas_at
+from .schema_excerpt import declared_types, subschemas_at
 
 SOURCES: tuple[str, ...] = (
     "abstain",
@@ -246,13 +246,13 @@ def _closest(text: str | None, members: list[str]) -> tuple[list[str], float] | 
     return [spelt[c] for c in close], SequenceMatcher(None, target, close[0]).ratio()
 
 
-def _schema_values(schema: Any, tokens: Tokens, current: Any, request: str = "") -> Iterator[tuple[str, Any]]:
+def _schema_values(nodes: list[Any], current: Any, request: str = "") -> Iterator[tuple[str, Any]]:
     """The schema's values at the pointer. A member the current value spells or converts to is
     offered alone, and a default never replaces a value that says something (one that means a
     member, converts to the declared type, or is a non-empty object or array): both would change
     what the call says where the verifier objected only to how it says it (BFCL live: the default
     "dontcare" offered for "COMEDY", ``{}`` for ``{"sort": "des"}``, false for ``"true"``)."""
-    for node in subschemas_at(schema, tokens):
+    for node in nodes:
         if not isinstance(node, dict):
             continue
         if "const" in node:
@@ -282,8 +282,7 @@ def _schema_values(schema: Any, tokens: Tokens, current: Any, request: str = "")
 def _converts_to_type(current: Any, node: dict[str, Any]) -> bool:
     """A type conversion of the current value has a type the node declares (``"true"`` for a boolean):
     the ``convert`` source offers it, and a default in its place would change the value."""
-    declared = node.get("type")
-    names = {t for t in (declared if isinstance(declared, list) else [declared]) if isinstance(t, str)}
+    names = declared_types(node)
     if current is _ABSENT or not names:
         return False
     found = {json_type_name(value) for value in _conversions(current)}
@@ -314,8 +313,7 @@ def _mentioned(request: str, candidate: dict[str, Any], nodes: list[Any]) -> lis
     for node in nodes:
         if not isinstance(node, dict) or "enum" in node or "const" in node:
             return []
-        declared = node.get("type")
-        types.update(t for t in (declared if isinstance(declared, list) else [declared]) if isinstance(t, str))
+        types |= declared_types(node)
     text = request.replace(REDACTED, "\x00")
     found: list[Any] = []
     if types & {"integer", "number"}:
@@ -384,10 +382,11 @@ def _at_pointer(case: PublicCase, state: PublicState, tokens: Tokens, code: str,
                     yield Candidate("", "rename", ({"op": "move", "from": path, "path": format_pointer((name,))},))
         return
     current = resolve(candidate, tokens, _ABSENT)
-    for source, value in _schema_values(case.schema, tokens, current, case.request):
+    nodes = subschemas_at(case.schema, tokens)
+    for source, value in _schema_values(nodes, current, case.request):
         yield Candidate("", source, (_write(candidate, tokens, value),))
     if current is _ABSENT and len(tokens) == 1 and top not in stated and isinstance(candidate, dict):
-        for value in _mentioned(case.request, candidate, subschemas_at(case.schema, tokens)):
+        for value in _mentioned(case.request, candidate, nodes):
             yield Candidate("", "mention", (_write(candidate, tokens, value),))
     if current is not _ABSENT:
         for value in _conversions(current):

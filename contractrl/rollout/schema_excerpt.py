@@ -96,6 +96,13 @@ def _unique(nodes: Iterable[Any]) -> list[Any]:
     return list(seen.values())
 
 
+def declared_types(node: Any) -> set[str]:
+    """The type names a subschema declares (``"type": "x"`` or ``"type": [...]``); none for a node
+    that declares no type, or is not an object."""
+    declared = node.get("type") if isinstance(node, dict) else None
+    return {t for t in (declared if isinstance(declared, list) else [declared]) if isinstance(t, str)}
+
+
 def subschemas_at(schema: Any, tokens: Tokens) -> list[Any]:
     """Every subschema that can govern the value at ``tokens`` (one per union branch that reaches it)."""
     frontier: list[Any] = [schema]
@@ -315,6 +322,7 @@ __all__ = [
     "closest_branch_errors",
     "closest_branches",
     "compact_subschema",
+    "declared_types",
     "schema_excerpt",
     "subschemas_at",
 ]

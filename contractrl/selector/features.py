@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..rollout.candidates import OP_KINDS, SOURCES, Candidate, disagrees, stated_values
-from ..rollout.schema_excerpt import subschemas_at
+from ..rollout.schema_excerpt import declared_types, subschemas_at
 from ..tasks.cases import PublicCase
 from ..validators import PublicState, RepairContract
 from ..validators.codes import PATCH_CODES, SCHEMA_CODES, Code
@@ -122,10 +122,8 @@ def _schema_facts(case: PublicCase, tokens: tuple[str, ...] | None) -> dict[str,
     for node in subschemas_at(case.schema, tokens):
         if not isinstance(node, dict):
             continue
-        types = node.get("type")
-        for t in types if isinstance(types, list) else [types]:
-            if t in _TYPES:
-                facts[f"schema_type={t}"] = 1.0
+        for t in declared_types(node) & set(_TYPES):
+            facts[f"schema_type={t}"] = 1.0
         facts["schema_enum"] = max(facts["schema_enum"], float("enum" in node))
         facts["schema_const"] = max(facts["schema_const"], float("const" in node))
         facts["schema_default"] = max(facts["schema_default"], float("default" in node))

@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 
 from contractrl.experiments.grounding_refusals import refusals
 from contractrl.rollout.env import RepairEnv, contract_for
-from contractrl.rollout.grounding import added_members, invents, schema_values
+from contractrl.rollout.grounding import Evidence, added_members, invents, schema_values
 from contractrl.rollout.shield import choose, probe
 from contractrl.tasks.cases import ABSTAIN
 from contractrl.tasks.contrast import contrast_case
 from contractrl.tasks.generate import GenerateConfig, generate_cases
 from contractrl.tasks.store import write_case_set
 from contractrl.validators.codes import Code
+from contractrl.validators.jsonvalue import leaves
 
 MARK = "\u00a4"  # in no request, call or schema the tests build
 STATED = ["New York", "cal_63c06c", "metric", 42, 3.5, 300000, "2026-01-18", 24]
@@ -79,6 +80,30 @@ def test_an_added_invented_value_is_always_caught_and_a_stated_one_never(repair:
     # the request states each stated value twice, so striking out what the other members use
     # (one occurrence each, at most four members with three leaves) never strikes a value away
     assert invents(before, after, " | ".join([REQUEST] * 16), {}) == invented, (before, after)
+
+
+@settings(max_examples=400, deadline=None)
+@given(repairs(), st.sampled_from([REQUEST, "", "New York | 42"]))
+def test_what_the_rule_lets_through_the_evidence_may_state_from_its_first_character(repair: tuple, request: str) -> None:
+    """The evidence a prefix is judged by (rollout/prefix_refusal.py) holds at least what the rule
+    allows: every value of a repair the rule lets through, and every start of each of its strings."""
+    before, after, _ = repair
+    if invents(before, after, request, {}):
+        return
+    evidence = Evidence.of(request, {}, before)
+    for path, value in added_members(before, after):
+        for leaf in leaves(value).values():
+            assert evidence.may_state(leaf), (path, leaf)
+            if isinstance(leaf, str):
+                assert all(evidence.may_state_start(leaf[:end]) for end in range(len(leaf) + 1)), (path, leaf)
+
+
+def test_a_string_whose_start_no_evidence_holds_is_judged_at_that_start() -> None:
+    evidence = Evidence.of(REQUEST, {"enum": ["imperial_units"]}, {"id": "cal_63c06c"})
+    for start in ["new y", "New  Yo", "cal_63", "imperial_u", "2026-01-1", "2026-01-18T0", "  ", "Σx"]:
+        assert evidence.may_state_start(start), start
+    for start in ["Los", "new yorkshire", "cal_64", "imperial u", "2026-01-18 ", "123456"]:
+        assert not evidence.may_state_start(start), start
 
 
 @given(st.dictionaries(keys, _value(stated_values | invented_values), max_size=4))

@@ -313,7 +313,7 @@ def test_prefix_shared_decoding_matches_plain_generation(tiny: tuple[Any, Any]) 
             eos_id=tok.eos_token_id,
             pad_id=tok.pad_token_id,
             seed=1,
-            complete=lambda _: False,
+            complete=lambda _, __: False,
         )
         for row, gen in enumerate(plain):
             assert decoded[row][0].token_ids[: len(gen.token_ids)] == gen.token_ids
@@ -539,8 +539,8 @@ def test_a_group_sharing_its_prompt_is_prefilled_and_scored_once(tiny: tuple[Any
     every = decode.prefill(model, enc["input_ids"], enc["attention_mask"])
     shared = decode.prefill(model, enc["input_ids"][first], enc["attention_mask"][first])
     common = {"max_new_tokens": 10, "temperature": 0.8, "eos_id": tok.eos_token_id, "pad_id": tok.pad_token_id, "seed": 4}
-    own = decode.sample_answers(model, every, 2, complete=lambda _: False, **common)
-    reused = decode.sample_answers(model, shared, 2, complete=lambda _: False, prompt_rows=of_row, **common)
+    own = decode.sample_answers(model, every, 2, complete=lambda _, __: False, **common)
+    reused = decode.sample_answers(model, shared, 2, complete=lambda _, __: False, prompt_rows=of_row, **common)
     for mine, theirs in zip(itertools.chain(*own), itertools.chain(*reused), strict=True):
         assert mine.token_ids == theirs.token_ids and mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
 
@@ -565,13 +565,9 @@ def test_rows_that_leave_a_decoding_batch_decode_as_in_a_whole_batch(tiny: tuple
 
     def run(processors: Any) -> tuple[list[decode.Decoded], list[int]]:
         seen: list[int] = []
-        ends = iter(range(6))
-        rows = {}
 
-        def complete(ids: list[int]) -> bool:
-            if id(ids) not in rows:  # rows are first asked in order; each keeps one token list throughout
-                rows[id(ids)] = next(ends)
-            return len(ids) >= lengths[rows[id(ids)]]
+        def complete(prompt: int, ids: list[int]) -> bool:
+            return len(ids) >= lengths[prompt]
 
         hook = model.register_forward_pre_hook(lambda _, a, kw: seen.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:
@@ -621,3 +617,33 @@ def test_deferring_decodes_only_where_the_enumerated_candidates_settle_nothing(t
             else:
                 _assert_same_decision(mine, theirs, "generated_tokens")
         assert 0 < settled < len(observations), (arm, settled)  # both paths ran
+
+
+def test_each_proposal_is_judged_for_its_own_decision_and_stops_where_refused(
+    tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decoding row asks the prefix judge of its own observation (rows are K per prompt), and a
+    row the judge refuses stops there: with a judge that refuses every prefix, each proposal is one
+    token, and the shield, having nothing admissible from them, decides from the enumerated
+    candidates alone. (The tiny model writes no JSON, so the judge is stood in for here; the real
+    one is tested in test_prefix_refusal.py.)"""
+    from contractrl.rollout.hf_policy import HFPolicy, SamplingConfig
+    from contractrl.rollout.policies import Observation
+    from contractrl.rollout.prefix_refusal import PrefixJudge
+
+    model, tok = tiny
+    asked: list[str] = []
+
+    def refuse_all(self: PrefixJudge, text: str) -> bool:
+        asked.append(self.evidence.text)
+        return True
+
+    observations = [Observation(c.public, RepairEnv(c.public).reset(), 0) for c in CASES[:6]]
+    sampling = SamplingConfig(max_new_tokens=12, batch_size=6, do_sample=True, temperature=1.0, shield_k=3)
+    free = HFPolicy(model, tok, sampling=sampling).generate_batch(observations)
+    monkeypatch.setattr(PrefixJudge, "refuses", refuse_all)
+    stopped = HFPolicy(model, tok, sampling=sampling).generate_batch(observations)
+    assert set(asked) == {o.case.request.lower() for o in observations}  # every row's own judge, and only those
+    assert len(asked) == 3 * len(observations)  # each of the K rows judged once, after its first token
+    assert [g.generated_tokens for g in stopped] == [3] * len(observations)
+    assert sum(g.generated_tokens for g in free) > sum(g.generated_tokens for g in stopped)

@@ -114,7 +114,7 @@ def sample_answers(
     eos_id: int,
     pad_id: int,
     seed: int,
-    complete: Callable[[list[int]], bool],
+    complete: Callable[[int, list[int]], bool],
     greedy_first: bool = True,
     processors: Any = None,
     prompt_rows: Sequence[int] | None = None,
@@ -124,7 +124,9 @@ def sample_answers(
     names the prefix row each prompt of the batch continues (default: prompt i is row i), so that
     prompts that are the same text share one prefill (:func:`distinct_prompts`).
 
-    ``complete(ids)`` says whether a row's tokens already hold a whole answer (the JSON-aware stop).
+    ``complete(prompt, ids)`` says whether a row's tokens (of the ``prompt``-th prompt of the batch)
+    end its answer: they hold a whole one (the JSON-aware stop), or the shield would refuse
+    whatever followed (``rollout/prefix_refusal.py``).
     ``processors`` (a ``LogitsProcessorList``, e.g. a grammar) see every row's tokens so far.
 
     Once half the rows still in the batch have ended, the ended ones leave it (their cache rows are
@@ -177,7 +179,7 @@ def sample_answers(
                 done[row] = True
                 continue
             scores[row] += chosen_plain[j]
-            if complete(tokens[row]):
+            if complete(row // k, tokens[row]):
                 done[row] = True
         if all(done):
             break

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..tasks.requests import paraphrase_value
@@ -37,6 +38,8 @@ from ..validators.jsonvalue import canonical_json, leaves
 from ..validators.pointer import format_pointer
 
 _SCHEMA_VALUE_KEYS = ("enum", "const", "default", "examples")
+# the date-time form a request may state in words (tasks/requests.py: paraphrase_value), "d" a digit
+_DATE_FORM = "dddd-dd-ddTdd:dd:ddZ"
 
 
 def added_members(before: Any, after: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -72,6 +75,49 @@ def invents(before: Any, after: Any, request: str, schema: Any) -> bool:
                 return True
             used[_key(leaf)] += 1
     return False
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What any value added to ``call`` could be read from, for deciding before an answer is
+    finished (``rollout/prefix_refusal.py``) that it will invent one. A superset of what
+    :func:`invents` allows: every value the call holds counts as freed (a later operation may
+    remove its member) and no mention counts as used (a later member may be the one that reuses
+    it), so a value it cannot state, :func:`invents` refuses too."""
+
+    text: str  # the request, lower-cased, its [not given] markers blanked
+    keys: frozenset[str]  # the call's values and the schema's, as :func:`_key` spells them
+
+    @classmethod
+    def of(cls, request: str, schema: Any, call: Any) -> Evidence:
+        keys = {_key(v) for v in leaves(call).values()} | {_key(v) for v in schema_values(schema)}
+        return cls(request.lower().replace(REDACTED, "\x00"), frozenset(keys))
+
+    def may_state(self, leaf: Any) -> bool:
+        """Whether this evidence may ground ``leaf``, a complete value."""
+        return _free(leaf) or _key(leaf) in self.keys or _mentions(leaf, self.text) > 0
+
+    def may_state_start(self, written: str) -> bool:
+        """Whether some string that begins with ``written`` (a string still being written) is one
+        this evidence may ground: by a spelling the request contains, or a value of the call or
+        the schema. Each of those spellings of a string begins with the same spelling of its
+        start, so the start must appear where the whole would; Greek capital sigma, whose lower
+        case depends on the letter after it, and what may become a date, which a request may spell
+        in words, are given the benefit of the doubt."""
+        if not written.strip() or "\u03a3" in written or _may_become_a_date(written):
+            return True
+        quoted = canonical_json(written)[:-1].lower()
+        if any(key.startswith(quoted) for key in self.keys):
+            return True
+        forms = {written.lower(), quoted, " ".join(written.split()).lower(), written.replace("_", " ").lower()}
+        return any(form in self.text for form in forms)
+
+
+def _may_become_a_date(written: str) -> bool:
+    """Whether ``written`` begins a date (``2026-01-18``) or a date-time (``...T09:30:00Z``)."""
+    return len(written) <= len(_DATE_FORM) and all(
+        char in "0123456789" if form == "d" else char == form for char, form in zip(written, _DATE_FORM, strict=False)
+    )
 
 
 def schema_values(schema: Any) -> Iterator[Any]:
@@ -132,4 +178,4 @@ def _spellings(value: str | int | float) -> set[str]:
     return {form.lower() for form in forms if form.strip()}
 
 
-__all__ = ["added_members", "invents", "schema_values"]
+__all__ = ["Evidence", "added_members", "invents", "schema_values"]

@@ -8,8 +8,9 @@ their log-probabilities under the (temperature-scaled) policy, token counts and 
 stopped on its length limit, which the parser then reports as ``truncated``.
 
 With ``shield_k`` > 0 a decision is shielded (:mod:`contractrl.rollout.shield`): K proposals decoded
-from one shared prefill (:mod:`contractrl.rollout.decode`) and the enumerated candidates, scored
-by the model, are probed on the case's public contract and one is committed. It replaced the
+from one shared prefill (:mod:`contractrl.rollout.decode`), each stopped as soon as the shield
+would refuse whatever followed (:mod:`contractrl.rollout.prefix_refusal`), and the enumerated
+candidates, scored by the model, are probed on the case's public contract and one is committed. It replaced the
 earlier re-decoding of answers already seen rejected with beams, which gained 5 of 52 held-out
 cases at twice the tokens where the shield gained 29 at fewer (benchmarks/RESULTS.md).
 """
@@ -34,6 +35,7 @@ from .env import contract_for
 from .native_log import native_stderr_to_log
 from .options import DEFAULT_MAX_NEW_TOKENS
 from .policies import ABSTAIN, Generation, Observation
+from .prefix_refusal import PrefixJudge
 from .prompts import render_messages, render_prompt
 from .shield import SETTLED, Choice, Probe, answer_key, choose, enumerated_answers, mended, probe
 
@@ -302,8 +304,15 @@ class HFPolicy:
             schemas = [o.case.schema for o in observations for _ in range(s.shield_k)]
             processors = LogitsProcessorList([self._grammar_processor(schemas)])
 
-        def complete(ids: list[int]) -> bool:  # under a grammar the answer ends on the EOS it forces
-            return not constrained and answer_complete(tok.decode(ids, skip_special_tokens=True))
+        # a row ends where its answer does, or where the shield would refuse whatever followed;
+        # under a grammar the answer ends on the EOS the grammar forces (its matcher needs every row)
+        judges = [] if constrained else [PrefixJudge.of(self._contract(o.case), o.case, o.state, o.arm) for o in observations]
+
+        def complete(prompt: int, ids: list[int]) -> bool:
+            if constrained:
+                return False
+            text = tok.decode(ids, skip_special_tokens=True)
+            return answer_complete(text) or judges[prompt].refuses(text)
 
         return sample_answers(
             self.model,

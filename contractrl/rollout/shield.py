@@ -34,6 +34,11 @@ re-checks the current call (:func:`recheck`), at the pointers the public verifie
 report handed to the policy may point at the wrong place or be garbled (the noisy-feedback
 families), and a policy that may consult the verifier need not trust it.
 
+While a proposal is decoded, :mod:`.prefix_refusal` stops it as soon as these rules would refuse
+every answer that begins with it (it no longer parses, the mask refuses an operation written so
+far, a value being added begins with what no evidence states): most of what a deferring shield
+still generates is a guessed value it then refuses.
+
 A proposal the action mask refuses only for its verb (``replace`` of a member the call lacks, where
 RFC 6902 wants ``add``) is also weighed in its mended form (:func:`mended`), scored by the model
 like an enumerated candidate: its address and value are the model's, and on BFCL calls they are

@@ -42,6 +42,7 @@ from ..validators.mask import static_violation
 from ..validators.patch import NO_VALUE, OP_KINDS, PatchOp, parse_op
 from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
 from .grounding import Evidence, added_members
+from .shield import mended_op
 
 _ABSENT = object()
 
@@ -112,7 +113,7 @@ class PrefixJudge:
                 return True
             if parsed.op == "test" and not read.closed((index,)):
                 break  # a test's outcome waits for its whole value
-            parsed = _mended(document, parsed)
+            parsed = mended_op(document, parsed)
             applied = apply_patch(document, (parsed,), self.contract.verifier.limits, self.immutable)
             if not applied.ok:
                 return True
@@ -175,17 +176,6 @@ def _open_string(read: JsonPrefix, path: Path | None, at: Path | None = None) ->
     if not isinstance(value, str):
         return None
     return format_pointer(path if at is None else at)
-
-
-def _mended(document: Any, op: PatchOp) -> PatchOp:
-    """``replace`` of an object member the document lacks, as the ``add`` the shield weighs it as
-    (``shield.mended``)."""
-    if op.op != "replace" or not op.path_tokens:
-        return op
-    parent = resolve(document, op.path_tokens[:-1], _ABSENT)
-    if isinstance(parent, dict) and op.path_tokens[-1] not in parent:
-        return dataclasses.replace(op, op="add")
-    return op
 
 
 __all__ = ["PrefixJudge"]

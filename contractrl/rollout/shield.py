@@ -62,6 +62,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..tasks.arms import arm_spec
 from ..tasks.cases import ABSTAIN, PublicCase
@@ -69,7 +70,7 @@ from ..validators import PublicState, RepairContract
 from ..validators.apply import apply_patch
 from ..validators.codes import PATCH_CODES, Code
 from ..validators.jsonvalue import canonical_json
-from ..validators.patch import PatchAction, parse_action
+from ..validators.patch import PatchAction, PatchOp, parse_action
 from ..validators.pointer import resolve
 from ..validators.report import VerifierError
 from ..validators.strict_json import parse_response
@@ -190,18 +191,26 @@ def mended(text: str, state: PublicState, arm: str) -> str | None:
     action = parse_action(text, max_ops=max(state.ops_left, 1))
     if not isinstance(action, PatchAction):
         return None
-    document, ops, changed = state.candidate, [], False
+    document, ops = state.candidate, []
     for op in action.ops:
-        parent = resolve(document, op.path_tokens[:-1], _MISSING) if op.path_tokens else _MISSING
-        if op.op == "replace" and isinstance(parent, dict) and op.path_tokens[-1] not in parent:
-            op = dataclasses.replace(op, op="add")
-            changed = True
-        applied = apply_patch(document, (op,))
+        applied = apply_patch(document, (mend := mended_op(document, op),))
         if not applied.ok:
             return None
         document = applied.document
-        ops.append(op)
+        ops.append(mend)
+    changed = any(mend is not op for mend, op in zip(ops, action.ops, strict=True))
     return canonical_json([op.to_dict() for op in ops]) if changed else None
+
+
+def mended_op(document: Any, op: PatchOp) -> PatchOp:
+    """``op`` with the verb RFC 6902 gives its edit of ``document``: a ``replace`` of an object
+    member the document lacks is an ``add``; every other operation is itself."""
+    if op.op != "replace" or not op.path_tokens:
+        return op
+    parent = resolve(document, op.path_tokens[:-1], _MISSING)
+    if isinstance(parent, dict) and op.path_tokens[-1] not in parent:
+        return dataclasses.replace(op, op="add")
+    return op
 
 
 def recheck(contract: RepairContract, state: PublicState) -> tuple[VerifierError, ...]:
@@ -225,6 +234,7 @@ __all__ = [
     "choose",
     "enumerated_answers",
     "mended",
+    "mended_op",
     "probe",
     "recheck",
 ]

@@ -205,3 +205,41 @@ def test_a_prefix_nested_past_the_parser_limit_is_stopped_without_recursing() ->
     assert not judge.refuses(opening + "[" * (limit - 2))
     assert judge.refuses(opening + "[" * (limit - 1))
     assert judge.refuses(opening + "[" * 50_000)
+
+
+_FRAGMENTS = [
+    '{"op":"add","path":"/',
+    '{"op":"replace","path":"/',
+    '{"op":"move","from":"/',
+    '{"op":"test","path":"/',
+    '"value":',
+    '"path":"/',
+    '"from":"/',
+    'city"',
+    'id"',
+    'list/1/q"',
+    '-"',
+    "~1",
+    '{"a":',
+    "[",
+    "]",
+    "}",
+    ",",
+    '"Lon',
+    "1.",
+    "nul",
+    "\\u00",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from("[{"),
+    st.lists(st.sampled_from(_FRAGMENTS) | st.text(alphabet='[]{}",:.-e0123456789 \\', max_size=3), max_size=12),
+    st.sampled_from(ARMS),
+)
+def test_the_judge_answers_every_text_without_raising(start: str, parts: list[str], arm: str) -> None:
+    """It runs inside the decoding loop, where an exception would end a rollout: every text it is
+    shown gets a yes or a no."""
+    judge = _judge(SCHEMA, {"id": "c-1", "list": [1, {"q": 2}]}, "Weather in London", ("/id", "/list/1/q"), arm)
+    assert judge.refuses(start + "".join(parts)) in (True, False)

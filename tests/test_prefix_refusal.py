@@ -200,7 +200,7 @@ def test_a_prefix_nested_past_the_parser_limit_is_stopped_without_recursing() ->
     """Nesting only grows, and the strict parser refuses past its depth limit: stopped there, and
     judged in bounded time and stack however deep the text goes."""
     judge = _judge(SCHEMA, {"id": "c-1"}, "Weather in London please")
-    limit = judge.contract.verifier.limits.max_depth
+    limit = judge.limits.max_depth
     opening = '[{"op":"add","path":"/city","value":'
     assert not judge.refuses(opening + "[" * (limit - 2))
     assert judge.refuses(opening + "[" * (limit - 1))

@@ -60,7 +60,7 @@ def invents(before: Any, after: Any, request: str, schema: Any) -> bool:
     if not added:
         return False
     new_pointers = [format_pointer(list(path)) for path, _ in added]
-    text = request.lower().replace(REDACTED, "\x00")  # a request that says "[not given]" states no value there
+    text = _evidence_text(request)
     after_leaves = leaves(after)
     # each use of a value by another member of the repaired call takes one of the request's mentions
     used = Counter(_key(v) for pointer, v in after_leaves.items() if not any(_under(pointer, new) for new in new_pointers))
@@ -91,7 +91,7 @@ class Evidence:
     @classmethod
     def of(cls, request: str, schema: Any, call: Any) -> Evidence:
         keys = {_key(v) for v in leaves(call).values()} | {_key(v) for v in schema_values(schema)}
-        return cls(request.lower().replace(REDACTED, "\x00"), frozenset(keys))
+        return cls(_evidence_text(request), frozenset(keys))
 
     def may_state(self, leaf: Any) -> bool:
         """Whether this evidence may ground ``leaf``, a complete value."""
@@ -109,8 +109,20 @@ class Evidence:
         quoted = canonical_json(written)[:-1].lower()
         if any(key.startswith(quoted) for key in self.keys):
             return True
-        forms = {written.lower(), quoted, " ".join(written.split()).lower(), written.replace("_", " ").lower()}
+        forms = {written.lower(), quoted} | {form.lower() for form in _word_forms(written)}
         return any(form in self.text for form in forms)
+
+
+def _evidence_text(request: str) -> str:
+    """The request as values are matched in it: lower-cased, and a request that says "[not given]"
+    states no value there."""
+    return request.lower().replace(REDACTED, "\x00")
+
+
+def _word_forms(value: str) -> set[str]:
+    """A string as words: its whitespace runs as one space, its underscores as spaces (each begins
+    with the same form of the string's start, which :meth:`Evidence.may_state_start` relies on)."""
+    return {" ".join(value.split()), value.replace("_", " ")}
 
 
 def _may_become_a_date(written: str) -> bool:
@@ -168,7 +180,7 @@ def _spellings(value: str | int | float) -> set[str]:
     underscores, a number with thousands separators or without a float's ``.0``."""
     forms = {canonical_json(value), paraphrase_value(value, {})}
     if isinstance(value, str):
-        forms |= {" ".join(value.split()), value.replace("_", " ")}
+        forms |= _word_forms(value)
     else:
         forms.add(str(value))
         if isinstance(value, float) and value.is_integer():

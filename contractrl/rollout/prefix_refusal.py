@@ -28,7 +28,6 @@ mask's part is their immutable members), so regeneration saves what a patch save
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +38,9 @@ from ..validators.apply import apply_patch
 from ..validators.json_prefix import JsonPrefix, Path, read_json_prefix
 from ..validators.jsonvalue import json_identical, leaves
 from ..validators.mask import static_violation
-from ..validators.patch import NO_VALUE, OP_KINDS, PatchOp, parse_op
-from ..validators.pointer import PointerSyntaxError, Tokens, format_pointer, parse_pointer, resolve
+from ..validators.patch import PatchOp, parse_op
+from ..validators.pointer import Tokens, format_pointer, resolve
+from ..validators.strict_json import ParseLimits
 from .grounding import Evidence, added_members
 from .shield import mended_op
 
@@ -57,7 +57,7 @@ class PrefixJudge:
     immutable: tuple[Tokens, ...]
     allowed_ops: frozenset[str]
     ops_left: int
-    contract: RepairContract
+    limits: ParseLimits
 
     @classmethod
     def of(cls, contract: RepairContract, case: PublicCase, state: PublicState, arm: str) -> PrefixJudge:
@@ -65,10 +65,10 @@ class PrefixJudge:
             call=state.candidate,
             whole_object=arm_spec(arm).whole_object,
             evidence=Evidence.of(case.request, case.schema, state.candidate),
-            immutable=tuple(parse_pointer(p) for p in contract.immutable),
+            immutable=contract.immutable_tokens,
             allowed_ops=contract.budgets.allowed_ops,
             ops_left=state.ops_left,
-            contract=contract,
+            limits=contract.verifier.limits,
         )
 
     def refuses(self, text: str) -> bool:
@@ -77,7 +77,7 @@ class PrefixJudge:
         if start not in ("[", "{"):  # ABSTAIN, a refusal, or nothing yet: not judged
             return False
         read = read_json_prefix(text)
-        if not read.viable or read.depth > self.contract.verifier.limits.max_depth:
+        if not read.viable or read.depth > self.limits.max_depth:
             return True  # no continuation parses, or every one nests deeper than the parser reads
         return self._refuses_object(read) if self.whole_object else self._refuses_patch(read)
 
@@ -114,7 +114,7 @@ class PrefixJudge:
             if parsed.op == "test" and not read.closed((index,)):
                 break  # a test's outcome waits for its whole value
             parsed = mended_op(document, parsed)
-            applied = apply_patch(document, (parsed,), self.contract.verifier.limits, self.immutable)
+            applied = apply_patch(document, (parsed,), self.limits, self.immutable)
             if not applied.ok:
                 return True
             if parsed.op in ("add", "replace") and "value" not in item:
@@ -125,32 +125,19 @@ class PrefixJudge:
         return self._invents(document, open_at)
 
     def _written_op(self, read: JsonPrefix, index: int, item: dict[str, Any]) -> tuple[PatchOp | None, bool]:
-        """The operation still being written, as far as its mask checks go: (op, refused). The op
-        is None until its verb, path and source are written; its value may be partial or absent."""
-        op = item.get("op")
-        if read.closed((index, "op")) and "op" in item:
-            if op not in OP_KINDS or op not in self.allowed_ops:
-                return None, True
-        else:
+        """The operation still being written, as far as the mask can judge it: (op, refused). Its
+        members written to the end go to :func:`parse_op` as they are, the others as stand-ins it
+        accepts (an empty pointer, the value so far or null), so a refusal comes from what is
+        written alone; the op is None until its verb, path and source are written."""
+        written = {key: value for key, value in item.items() if read.closed((index, key))}
+        if "op" not in written:
             return None, False
-        tokens: dict[str, Tokens] = {}
-        for key in ("path", "from") if op in ("move", "copy") else ("path",):
-            pointer = item.get(key)
-            if key not in item or not read.closed((index, key)):
-                return None, False
-            if not isinstance(pointer, str):
-                return None, True
-            try:
-                tokens[key] = parse_pointer(pointer)
-            except PointerSyntaxError:
-                return None, True
-        if op == "test" and "value" not in item:
+        parsed = parse_op({"path": "", "from": "", **written, "value": item.get("value")}, index, self.allowed_ops)
+        if not isinstance(parsed, PatchOp):
+            return None, True
+        needed = ("path", "from") if parsed.op in ("move", "copy") else ("path",)
+        if any(key not in written for key in needed):
             return None, False
-        # an add or replace whose value has not begun is checked with a stand-in: where it writes
-        # decides whether it applies, not what
-        parsed = PatchOp(op, item["path"], tokens["path"], item.get("value") if op in ("add", "replace", "test") else NO_VALUE)
-        if "from" in tokens:
-            parsed = dataclasses.replace(parsed, from_=item["from"], from_tokens=tokens["from"])
         return parsed, False
 
     def _invents(self, after: Any, open_at: str | None) -> bool:

@@ -143,7 +143,7 @@ class RepairContract:
         self.verifier = verifier
         self.budgets = budgets
         self.immutable = tuple(sorted(set(immutable)))
-        self._immutable_tokens = _immutable_tokens(self.immutable)
+        self.immutable_tokens = _immutable_tokens(self.immutable)  # parsed once: the mask and the prefix judge read them
 
     def initial_state(self, candidate: Any) -> PublicState:
         """The state before any repair attempt; an already valid candidate starts (and ends) accepted."""
@@ -192,7 +192,7 @@ class RepairContract:
             return self._reject(
                 state, attempt, parsed.raw, Code.WRONG_TYPE, "", "the arguments must be one JSON object", (), start
             )
-        for tokens, pointer in zip(self._immutable_tokens, self.immutable, strict=True):
+        for tokens, pointer in zip(self.immutable_tokens, self.immutable, strict=True):
             if not json_identical(resolve(state.candidate, tokens, _ABSENT), resolve(parsed.value, tokens, _ABSENT)):
                 return self._reject(
                     state, attempt, parsed.raw, Code.PATH_IMMUTABLE, pointer, f"{pointer} is immutable", (), start
@@ -223,12 +223,12 @@ class RepairContract:
 
         ops_dicts = tuple(op.to_dict() for op in action.ops)
         for index, op in enumerate(action.ops):
-            violation = static_violation(op, index, self._immutable_tokens)
+            violation = static_violation(op, index, self.immutable_tokens)
             if violation is not None:
                 return self._reject(
                     state, attempt, action.raw, violation.code, violation.pointer, violation.message, ops_dicts, start
                 )
-        applied = apply_patch(state.candidate, action.ops, self.verifier.limits, self._immutable_tokens)
+        applied = apply_patch(state.candidate, action.ops, self.verifier.limits, self.immutable_tokens)
         if not applied.ok:
             assert applied.code is not None
             return self._reject(state, attempt, action.raw, applied.code, applied.pointer, applied.message, ops_dicts, start)
